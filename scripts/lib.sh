@@ -1,0 +1,59 @@
+# Shared by scripts/test.sh and scripts/demo.sh: install what is missing, build.
+# Sourced, not run.
+
+GEPARD_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+GEPARD_BUILD=${GEPARD_BUILD:-$GEPARD_ROOT/build}
+GEPARD_VENV=${GEPARD_VENV:-$GEPARD_ROOT/.venv}
+
+# Debian bookworm packages the build and the tests need.
+GEPARD_APT_PACKAGES=(
+  build-essential meson ninja-build pkg-config clang-format
+  libglib2.0-dev libjson-glib-dev libsamplerate0-dev libopenblas-dev
+  libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
+  gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
+  libsoup-3.0-dev libpq-dev
+  python3 python3-venv python3-pip
+)
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+install_system_packages() {
+  local missing=()
+  for p in "${GEPARD_APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+install_python_packages() {
+  if [ ! -x "$GEPARD_VENV/bin/python" ]; then
+    log "creating $GEPARD_VENV"
+    python3 -m venv "$GEPARD_VENV"
+  fi
+  local stamp="$GEPARD_VENV/.requirements"
+  if ! cmp -s "$GEPARD_ROOT/tests/requirements.txt" "$stamp"; then
+    log "installing Python test packages"
+    "$GEPARD_VENV/bin/pip" install -q --disable-pip-version-check -r "$GEPARD_ROOT/tests/requirements.txt"
+    cp "$GEPARD_ROOT/tests/requirements.txt" "$stamp"
+  fi
+}
+
+build() {
+  local opts=()
+  # CI builds treat every warning as an error
+  [ "${CI:-}" = true ] && opts+=(--werror)
+  if [ ! -f "$GEPARD_BUILD/build.ninja" ]; then
+    log "configuring $GEPARD_BUILD"
+    meson setup "$GEPARD_BUILD" "$GEPARD_ROOT" "${opts[@]}" >/dev/null
+  fi
+  log "building"
+  ninja -C "$GEPARD_BUILD" >/dev/null
+}
