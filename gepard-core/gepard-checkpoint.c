@@ -4,6 +4,7 @@
 
 #include "gepard-error.h"
 #include "gepard-hub.h"
+#include "gepard-json.h"
 
 #include <json-glib/json-glib.h>
 #include <string.h>
@@ -162,30 +163,6 @@ get_string (ConfigReader *reader, JsonObject *object, const char *name, const ch
       return fallback;
     }
   return json_node_get_string (node);
-}
-
-static JsonNode *
-parse_json_file (const char *path, GError **error)
-{
-  g_autoptr (JsonParser) parser = json_parser_new_immutable ();
-  g_autoptr (GError) local_error = NULL;
-
-  if (!json_parser_load_from_mapped_file (parser, path, &local_error))
-    {
-      gboolean missing = g_error_matches (local_error, G_FILE_ERROR, G_FILE_ERROR_NOENT);
-      g_set_error (error, GEPARD_FORMAT_ERROR,
-                   missing ? GEPARD_FORMAT_ERROR_MISSING : GEPARD_FORMAT_ERROR_CORRUPT, "%s: %s",
-                   path, missing ? "file is missing" : local_error->message);
-      return NULL;
-    }
-  JsonNode *root = json_parser_get_root (parser);
-  if (root == NULL || !JSON_NODE_HOLDS_OBJECT (root))
-    {
-      g_set_error (error, GEPARD_FORMAT_ERROR, GEPARD_FORMAT_ERROR_CORRUPT,
-                   "%s: the top level is not a JSON object", path);
-      return NULL;
-    }
-  return json_node_ref (root);
 }
 
 /* Backbone fields (gepard-model.md §2.1): `backbone` is gepard_config.json's backbone_config or
@@ -367,10 +344,10 @@ read_configs (const char *dir, GepardModelConfig *config, GError **error)
   g_autofree char *gepard_path = g_build_filename (dir, "gepard_config.json", NULL);
   g_autofree char *hf_path = g_build_filename (dir, "config.json", NULL);
 
-  g_autoptr (JsonNode) gepard_root = parse_json_file (gepard_path, error);
+  g_autoptr (JsonNode) gepard_root = gepard_json_parse_file (gepard_path, error);
   if (gepard_root == NULL)
     return FALSE;
-  g_autoptr (JsonNode) hf_root = parse_json_file (hf_path, error);
+  g_autoptr (JsonNode) hf_root = gepard_json_parse_file (hf_path, error);
   if (hf_root == NULL)
     return FALSE;
 
@@ -450,7 +427,7 @@ open_tensors (GepardCheckpoint *checkpoint, GError **error)
       return FALSE;
     }
 
-  g_autoptr (JsonNode) root = parse_json_file (index_path, error);
+  g_autoptr (JsonNode) root = gepard_json_parse_file (index_path, error);
   if (root == NULL)
     return FALSE;
   JsonNode *map_node = member (json_node_get_object (root), "weight_map");

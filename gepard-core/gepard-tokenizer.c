@@ -10,6 +10,7 @@
  * The tokenizer is immutable once loaded, so encode and decode may run on many threads. */
 #include "gepard-tokenizer.h"
 #include "gepard-error.h"
+#include "gepard-json.h"
 
 #include <json-glib/json-glib.h>
 #include <string.h>
@@ -17,9 +18,9 @@
 /* The id → token table is dense; ids above this are refused instead of allocated. Real
  * vocabularies stay below 2^18 (Qwen3.5: 248077 ids). */
 #define MAX_TOKEN_ID (1 << 24)
-/* json-glib's parser recurses once per nesting level; tokenizer.json needs five. Deeper input is
- * refused before it reaches the parser so that it cannot exhaust the stack. */
-#define MAX_JSON_DEPTH 64
+/* tokenizer.json needs five levels; gepard_json_check refuses deeper input before json-glib sees
+ * it (gepard-json.h) */
+#define MAX_JSON_DEPTH GEPARD_JSON_MAX_DEPTH
 /* The Qwen3.5 regex runs on windows of at least this many bytes (see split_window_end). */
 #define SPLIT_WINDOW_BYTES 256
 
@@ -1264,43 +1265,6 @@ unsupported (GError **error, const char *format, ...)
   return FALSE;
 }
 
-/* Refuses what json-glib should never see: nesting deep enough to exhaust its recursive parser,
- * NUL bytes, and \u0000 escapes, which would silently cut a token's C string short. */
-static gboolean
-check_json_text (const char *json, gsize len, GError **error)
-{
-  guint depth = 0;
-  gboolean in_string = FALSE;
-
-  for (gsize i = 0; i < len; i++)
-    {
-      char c = json[i];
-      if (c == '\0')
-        return invalid (error, "NUL byte at offset %" G_GSIZE_FORMAT, i);
-      if (in_string)
-        {
-          if (c == '\\')
-            {
-              if (i + 5 < len && json[i + 1] == 'u' && memcmp (json + i + 2, "0000", 4) == 0)
-                return invalid (error, "\\u0000 in a string at offset %" G_GSIZE_FORMAT, i);
-              i++;
-            }
-          else if (c == '"')
-            in_string = FALSE;
-        }
-      else if (c == '"')
-        in_string = TRUE;
-      else if (c == '[' || c == '{')
-        {
-          if (++depth > MAX_JSON_DEPTH)
-            return invalid (error, "nested deeper than %d levels", MAX_JSON_DEPTH);
-        }
-      else if ((c == ']' || c == '}') && depth > 0)
-        depth--;
-    }
-  return TRUE;
-}
-
 static gboolean
 add_vocab_entry (GepardTokenizer *tokenizer, const char *name, gsize len, gint64 id, GError **error)
 {
@@ -2291,8 +2255,13 @@ gepard_tokenizer_new_from_data (const char *json, gssize length, GError **error)
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
 
   gsize len = length < 0 ? strlen (json) : (gsize)length;
-  if (!check_json_text (json, len, error))
-    return NULL;
+  GepardJsonCheck check;
+  if (!gepard_json_check (json, len, &check))
+    {
+      /* \u0000 would silently cut a token's C string short */
+      invalid (error, "%s at byte %" G_GSIZE_FORMAT, check.problem, check.offset);
+      return NULL;
+    }
 
   ModelTables tables;
   g_autofree char *skeleton = NULL;

@@ -348,6 +348,20 @@ test_corrupt_json (void)
   g_assert_true (g_file_set_contents (path, "[1, 2]", -1, NULL));
   error = open_fails (dir);
   g_assert_error (error, GEPARD_FORMAT_ERROR, GEPARD_FORMAT_ERROR_CORRUPT);
+  g_clear_error (&error);
+
+  /* nesting that would exhaust json-glib's recursive parser is refused before it */
+  g_autofree char *deep = g_strnfill (200000, '[');
+  g_assert_true (g_file_set_contents (path, deep, -1, NULL));
+  error = open_fails (dir);
+  g_assert_error (error, GEPARD_FORMAT_ERROR, GEPARD_FORMAT_ERROR_CORRUPT);
+  g_assert_nonnull (strstr (error->message, "nested"));
+  g_clear_error (&error);
+
+  /* json-glib alone would accept comments and single quotes */
+  g_assert_true (g_file_set_contents (path, "{'a': 1 /* no */}", -1, NULL));
+  error = open_fails (dir);
+  g_assert_error (error, GEPARD_FORMAT_ERROR, GEPARD_FORMAT_ERROR_CORRUPT);
 }
 
 static void
