@@ -38,11 +38,16 @@ install_python_packages() {
     log "creating $GEPARD_VENV"
     python3 -m venv "$GEPARD_VENV"
   fi
+  # the test packages, plus torch and transformers for the reference implementations the parity
+  # tests compare against (large: a few GB on first install, cached by pip afterwards)
   local stamp="$GEPARD_VENV/.requirements"
-  if ! cmp -s "$GEPARD_ROOT/tests/requirements.txt" "$stamp"; then
-    log "installing Python test packages"
-    "$GEPARD_VENV/bin/pip" install -q --disable-pip-version-check -r "$GEPARD_ROOT/tests/requirements.txt"
-    cp "$GEPARD_ROOT/tests/requirements.txt" "$stamp"
+  local wanted
+  wanted=$(cat "$GEPARD_ROOT/tests/requirements.txt" "$GEPARD_ROOT/tests/requirements-torch.txt")
+  if [ "$wanted" != "$(cat "$stamp" 2>/dev/null)" ]; then
+    log "installing Python test packages (torch and transformers included)"
+    "$GEPARD_VENV/bin/pip" install -q --disable-pip-version-check \
+      -r "$GEPARD_ROOT/tests/requirements-torch.txt"
+    printf '%s' "$wanted" >"$stamp"
   fi
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Counts test cases over meson's TAP tests and pytest's JUnit XML; prints one summary line.
+"""Counts test cases over meson's tests (TAP, or gst-check's summary line) and pytest's JUnit
+XML; prints one summary line.
 
 A meson test is counted by its TAP lines; one that died without reporting a failing case (a crash,
 a timeout) counts as one failure more, so nothing that failed can read as passed."""
@@ -15,7 +16,13 @@ with open(sys.argv[1]) as log:
     for line in log:
         test = json.loads(line)
         ok = not_ok = skip = 0
-        for out in (test.get("stdout") or "").splitlines():
+        stdout = test.get("stdout") or ""
+        # gst-check (libcheck): "100%: Checks: 5, Failures: 0, Errors: 0"
+        check = re.search(r"Checks: (\d+), Failures: (\d+), Errors: (\d+)", stdout)
+        if check:
+            total, check_failures, check_errors = map(int, check.groups())
+            ok, not_ok = total - check_failures - check_errors, check_failures + check_errors
+        for out in stdout.splitlines() if not check else ():
             if re.match(r"^ok \d+", out):
                 if re.search(r"#\s*SKIP", out, re.I):
                     skip += 1
