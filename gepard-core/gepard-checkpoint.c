@@ -24,8 +24,7 @@ struct _GepardCheckpoint
   guint64 n_bytes;
 };
 
-/* ---- reading config values --------------------------------------------------------------------
- */
+/* ---- reading config values ---- */
 
 /* Collects every problem of a config file so that one error lists them all. */
 typedef struct
@@ -376,8 +375,7 @@ read_configs (const char *dir, GepardModelConfig *config, GError **error)
   return TRUE;
 }
 
-/* ---- tensors -----------------------------------------------------------------------------------
- */
+/* ---- tensors ---- */
 
 static gboolean
 add_shard (GepardCheckpoint *checkpoint, const char *path, GError **error)
@@ -632,8 +630,7 @@ validate_tensors (GepardCheckpoint *checkpoint, GError **error)
 #undef EXPECT1
 #undef EXPECT2
 
-/* ---- tokenizer and codec ----------------------------------------------------------------------
- */
+/* ---- tokenizer and codec ---- */
 
 static gboolean
 open_tokenizer (GepardCheckpoint *checkpoint, GError **error)
@@ -704,8 +701,7 @@ find_codec (const char *dir)
   return NULL;
 }
 
-/* ---- public ------------------------------------------------------------------------------------
- */
+/* ---- public ---- */
 
 GepardCheckpoint *
 gepard_checkpoint_open (const char *model, GError **error)

@@ -164,13 +164,65 @@ sample_head (float *logits, int n, const GepardSampling *sampling, const int *re
   return argmax (logits, n);
 }
 
+struct _GepardSampler
+{
+  const GepardModelConfig *config;
+  GepardSampling sampling;
+  Rng rng;
+  int n_frames;
+  gint32 *history; /* the last PENALTY_WINDOW frames, a ring */
+};
+
+GepardSampler *
+gepard_sampler_new (const GepardModel *model, const GepardSampling *sampling)
+{
+  GepardSampler *sampler = g_new0 (GepardSampler, 1);
+  sampler->config = gepard_model_get_config (model);
+  sampler->sampling = *sampling;
+  rng_seed (&sampler->rng, sampling->seed);
+  sampler->history = g_new0 (gint32, (gsize)PENALTY_WINDOW * sampler->config->n_audio_heads);
+  return sampler;
+}
+
+void
+gepard_sampler_free (GepardSampler *sampler)
+{
+  if (sampler == NULL)
+    return;
+  g_free (sampler->history);
+  g_free (sampler);
+}
+
+void
+gepard_sampler_next (GepardSampler *sampler, float *logits, gint32 *codes)
+{
+  const GepardModelConfig *c = sampler->config;
+  int n_heads = c->n_audio_heads;
+  int n_recent = MIN (sampler->n_frames, PENALTY_WINDOW);
+  int recent[PENALTY_WINDOW];
+  int offset = 0;
+
+  /* §3.4: the heads in order, each from the same RNG stream */
+  for (int i = 0; i < n_heads; i++)
+    {
+      for (int r = 0; r < n_recent; r++)
+        recent[r] = sampler->history[r * n_heads + i];
+      codes[i] = sample_head (logits + offset, c->head_levels[i], &sampler->sampling, recent,
+                              n_recent, &sampler->rng);
+      offset += c->head_levels[i];
+    }
+  memcpy (sampler->history + (gsize)(sampler->n_frames % PENALTY_WINDOW) * n_heads, codes,
+          sizeof (gint32) * n_heads);
+  sampler->n_frames++;
+}
+
 int
 gepard_generate (const GepardModel *model, const float *prefix, int n_prefix,
                  const gint32 *layout_ids, int n_ids, const GepardSampling *sampling,
                  GepardFrameFunc on_frame, gpointer user_data, GError **error)
 {
   const GepardModelConfig *c = gepard_model_get_config (model);
-  int h = c->hidden_size, n_heads = c->n_audio_heads;
+  int h = c->hidden_size;
   int n_logits = gepard_model_get_n_head_logits (model);
   int prefill = n_prefix + n_ids;
 
@@ -190,12 +242,9 @@ gepard_generate (const GepardModel *model, const float *prefix, int n_prefix,
     return -1;
 
   g_autoptr (GepardKvCache) cache = gepard_kv_cache_new (model);
-  g_autofree gint32 *history = g_new0 (gint32, (gsize)PENALTY_WINDOW * n_heads);
+  g_autoptr (GepardSampler) sampler = gepard_sampler_new (model, sampling);
   float logits[GEPARD_MAX_HEAD_LOGITS], stop;
   gint32 codes[GEPARD_MAX_AUDIO_HEADS];
-  int recent[PENALTY_WINDOW];
-  Rng rng;
-  rng_seed (&rng, sampling->seed);
 
   /* §3.3: the first frame comes from the last prefill position (SOS), with no stop check */
   gepard_model_forward (model, cache, embeds, prefill, hidden);
@@ -236,19 +285,7 @@ gepard_generate (const GepardModel *model, const float *prefix, int n_prefix,
             logits[i] = uncond_logits[i] + sampling->cfg_scale * (logits[i] - uncond_logits[i]);
         }
 
-      int offset = 0;
-      for (int i = 0; i < n_heads; i++)
-        {
-          int n_recent = MIN (n_frames, PENALTY_WINDOW);
-          for (int r = 0; r < n_recent; r++)
-            recent[r] = history[r * n_heads + i];
-          codes[i]
-              = sample_head (logits + offset, c->head_levels[i], sampling, recent, n_recent, &rng);
-          offset += c->head_levels[i];
-        }
-      g_assert (offset == n_logits);
-      memcpy (history + (gsize)(n_frames % PENALTY_WINDOW) * n_heads, codes,
-              sizeof (gint32) * n_heads);
+      gepard_sampler_next (sampler, logits, codes);
       if (on_frame != NULL && !on_frame (codes, n_frames, user_data))
         return n_frames + 1;
       n_frames++;

@@ -29,6 +29,16 @@ GArray *gepard_text_layout (const GepardModelConfig *config, const gint32 *ids, 
 /* §3.4: bf16(sigmoid(logit)) > 0.5, i.e. logit > 2⁻⁷ */
 gboolean gepard_stop_decision (float stop_logit);
 
+/* Per-utterance sampling state: the seeded RNG and the recent frames for the repetition penalty. */
+typedef struct _GepardSampler GepardSampler;
+
+GepardSampler *gepard_sampler_new (const GepardModel *model, const GepardSampling *sampling);
+void gepard_sampler_free (GepardSampler *sampler);
+/* §3.4: samples the next frame's 32 codes from the heads' logits (modified in place). */
+void gepard_sampler_next (GepardSampler *sampler, float *logits, gint32 *codes);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (GepardSampler, gepard_sampler_free)
+
 /* Called with each frame (32 codes) as soon as it is sampled; return FALSE to stop generating. */
 typedef gboolean (*GepardFrameFunc) (const gint32 *codes, int index, gpointer user_data);
 

@@ -71,8 +71,7 @@ struct _GepardKvCache
   float **v; /* per layer [n_kv, capacity, head_dim] */
 };
 
-/* ---- loading -----------------------------------------------------------------------------------
- */
+/* ---- loading ---- */
 
 /* the checkpoint was validated when opened (gepard-checkpoint.c), so every name is present */
 static float *
@@ -330,8 +329,7 @@ gepard_model_get_null_prefix (const GepardModel *model)
   return model->null_prefix;
 }
 
-/* ---- ops ---------------------------------------------------------------------------------------
- */
+/* ---- ops ---- */
 
 /* y[n, out] = bf16(x[n, in] · Wᵀ + b): fp32 accumulation, the bias inside the accumulator, one
  * rounding (§1.9, §3.5) */
@@ -469,11 +467,13 @@ gepard_kv_cache_reset (GepardKvCache *cache)
   cache->length = 0;
 }
 
-/* §1.4: gated GQA attention of `n` new tokens (normed input `u` [n, H]) at positions start…; writes
- * the o_proj output [n, H]. Appends K and V to the cache. */
+/* §1.4: gated GQA attention for one sequence: `n` new tokens whose projections `qg` [n, nq·2·hd]
+ * (per head [query | gate]), `k`, `v` [n, nkv·hd] are normed and rotated here, appended to the
+ * cache at positions len … len+n−1, and attended causally; writes the gated head outputs
+ * `o` [n, nq·hd] */
 static void
-attention (const GepardModel *model, const Layer *layer, GepardKvCache *cache, int layer_index,
-           const float *u, int n, float *out)
+attend (const GepardModel *model, const Layer *layer, GepardKvCache *cache, int layer_index,
+        float *qg, float *k, const float *v, int n, float *o)
 {
   const GepardModelConfig *c = &model->config;
   int hd = c->head_dim, nq = c->n_q_heads, nkv = c->n_kv_heads, group = nq / nkv;
@@ -481,16 +481,7 @@ attention (const GepardModel *model, const Layer *layer, GepardKvCache *cache, i
   int total = start + n;
   /* head_dim^-0.5 as torch's Python float, applied to the bf16 scores (exact for 1/16) */
   float scaling = (float)pow (hd, -0.5);
-
-  g_autofree float *qg = g_new (float, (gsize)n *nq *hd * 2);
-  g_autofree float *k = g_new (float, (gsize)n *nkv *hd);
-  g_autofree float *v = g_new (float, (gsize)n *nkv *hd);
-  g_autofree float *o = g_new (float, (gsize)n *nq *hd);
   g_autofree float *scores = g_new (float, total);
-
-  linear_forward (&layer->q, u, n, qg);
-  linear_forward (&layer->k, u, n, k);
-  linear_forward (&layer->v, u, n, v);
 
   float *k_cache = cache->k[layer_index], *v_cache = cache->v[layer_index];
   gsize cap = cache->capacity;
@@ -553,6 +544,32 @@ attention (const GepardModel *model, const Layer *layer, GepardKvCache *cache, i
                                        * gepard_bf16_round (sigmoid (gate[d])));
         }
     }
+}
+
+/* The attention block for a batch: projections over all rows at once, attention per sequence,
+ * the output projection over all rows. */
+static void
+attention (const GepardModel *model, const Layer *layer, const GepardBatchSegment *segments,
+           int n_segments, int layer_index, const float *u, int n, float *out)
+{
+  const GepardModelConfig *c = &model->config;
+  int hd = c->head_dim, nq = c->n_q_heads, nkv = c->n_kv_heads;
+  g_autofree float *qg = g_new (float, (gsize)n *nq *hd * 2);
+  g_autofree float *k = g_new (float, (gsize)n *nkv *hd);
+  g_autofree float *v = g_new (float, (gsize)n *nkv *hd);
+  g_autofree float *o = g_new (float, (gsize)n *nq *hd);
+
+  linear_forward (&layer->q, u, n, qg);
+  linear_forward (&layer->k, u, n, k);
+  linear_forward (&layer->v, u, n, v);
+  int row = 0;
+  for (int s = 0; s < n_segments; s++)
+    {
+      attend (model, layer, segments[s].cache, layer_index, qg + (gsize)row * nq * hd * 2,
+              k + (gsize)row * nkv * hd, v + (gsize)row * nkv * hd, segments[s].n_tokens,
+              o + (gsize)row * nq * hd);
+      row += segments[s].n_tokens;
+    }
   linear_forward (&layer->o, o, n, out);
 }
 
@@ -579,38 +596,55 @@ residual_add (float *x, const float *y, gsize n)
 }
 
 void
-gepard_model_forward (const GepardModel *model, GepardKvCache *cache, const float *embeds, int n,
-                      float *hidden)
+gepard_model_forward_batch (const GepardModel *model, const GepardBatchSegment *segments,
+                            int n_segments, const float *embeds, float *hidden)
 {
   const GepardModelConfig *c = &model->config;
+  int n = 0;
+  for (int s = 0; s < n_segments; s++)
+    {
+      n += segments[s].n_tokens;
+      kv_cache_reserve (segments[s].cache, segments[s].cache->length + segments[s].n_tokens);
+    }
+  if (n == 0)
+    return;
+
   gsize size = (gsize)n * c->hidden_size;
   g_autofree float *x = g_memdup2 (embeds, sizeof (float) * size);
   g_autofree float *u = g_new (float, size);
   g_autofree float *y = g_new (float, size);
 
-  kv_cache_reserve (cache, cache->length + n);
   for (int l = 0; l < c->n_layers; l++)
     {
       const Layer *layer = &model->layers[l];
       for (int t = 0; t < n; t++)
         rms_norm (x + (gsize)t * c->hidden_size, layer->input_scale, c->hidden_size,
                   (float)c->rms_norm_eps, u + (gsize)t * c->hidden_size);
-      attention (model, layer, cache, l, u, n, y);
+      attention (model, layer, segments, n_segments, l, u, n, y);
       residual_add (x, y, size);
       for (int t = 0; t < n; t++)
         rms_norm (x + (gsize)t * c->hidden_size, layer->post_scale, c->hidden_size,
                   (float)c->rms_norm_eps, u + (gsize)t * c->hidden_size);
       mlp (&layer->gate, &layer->up, &layer->down, u, n, y);
       residual_add (x, y, size);
+      /* the cache holds this layer's keys now; positions advance after the last layer */
     }
-  cache->length += n;
+  for (int s = 0; s < n_segments; s++)
+    segments[s].cache->length += segments[s].n_tokens;
   for (int t = 0; t < n; t++)
     rms_norm (x + (gsize)t * c->hidden_size, model->final_scale, c->hidden_size,
               (float)c->rms_norm_eps, hidden + (gsize)t * c->hidden_size);
 }
 
-/* ---- embeddings and heads ----------------------------------------------------------------------
- */
+void
+gepard_model_forward (const GepardModel *model, GepardKvCache *cache, const float *embeds, int n,
+                      float *hidden)
+{
+  GepardBatchSegment segment = {cache, n};
+  gepard_model_forward_batch (model, &segment, 1, embeds, hidden);
+}
+
+/* ---- embeddings and heads ---- */
 
 gboolean
 gepard_model_embed_tokens (const GepardModel *model, const gint32 *ids, int n, float *out,
@@ -684,12 +718,18 @@ gepard_model_embed_frame (const GepardModel *model, const gint32 *codes, float *
 void
 gepard_model_heads (const GepardModel *model, const float *hidden, float *logits, float *stop_logit)
 {
-  linear_forward (&model->heads, hidden, 1, logits);
-  linear_forward (&model->stop, hidden, 1, stop_logit);
+  gepard_model_heads_batch (model, hidden, 1, logits, stop_logit);
 }
 
-/* ---- compressor (§3.6) -------------------------------------------------------------------------
- */
+void
+gepard_model_heads_batch (const GepardModel *model, const float *hidden, int n, float *logits,
+                          float *stop_logits)
+{
+  linear_forward (&model->heads, hidden, n, logits);
+  linear_forward (&model->stop, hidden, n, stop_logits);
+}
+
+/* ---- compressor (§3.6) ---- */
 
 /* bidirectional multi-head attention, fp32 inside, bf16 out, then the output projection */
 static void

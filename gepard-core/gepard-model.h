@@ -49,10 +49,28 @@ gboolean gepard_model_embed_frame (const GepardModel *model, const gint32 *codes
  * len … len+n−1) and writes the final-norm hidden states [n, H]. */
 void gepard_model_forward (const GepardModel *model, GepardKvCache *cache, const float *embeds,
                            int n, float *hidden);
+
+/* One sequence's part of a batch: its cache and how many new tokens it brings. */
+typedef struct
+{
+  GepardKvCache *cache;
+  int n_tokens;
+} GepardBatchSegment;
+
+/* One forward for many sequences (continuous batching): `embeds` holds the segments' tokens one
+ * segment after the other; every projection runs over all rows at once, attention per sequence.
+ * Each cache must appear once. The results equal separate forwards up to the GEMM's accumulation
+ * order, which BLAS may choose by batch size: bf16 roundings can then differ in the last bit, so
+ * a near tie between two codes may resolve differently in a batch than alone. */
+void gepard_model_forward_batch (const GepardModel *model, const GepardBatchSegment *segments,
+                                 int n_segments, const float *embeds, float *hidden);
 /* §3.4: the 32 heads' logits (concatenated in head order) and the stop logit for one hidden state
  */
 void gepard_model_heads (const GepardModel *model, const float *hidden, float *logits,
                          float *stop_logit);
+/* the heads for `n` hidden states [n, H]: logits [n, n_head_logits], stop logits [n] */
+void gepard_model_heads_batch (const GepardModel *model, const float *hidden, int n, float *logits,
+                               float *stop_logits);
 /* §3.6: the speaker prefix [queries, H] from reference codes [n_frames, 32] (unfolded channels). */
 gboolean gepard_model_compress (const GepardModel *model, const gint32 *codes, int n_frames,
                                 float *prefix, GError **error);

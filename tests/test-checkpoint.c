@@ -58,8 +58,7 @@ open_fails (const char *dir)
   return error;
 }
 
-/* ---- editing files -----------------------------------------------------------------------------
- */
+/* ---- editing files ---- */
 
 typedef void (*JsonEditFunc) (JsonObject *root);
 
@@ -122,8 +121,7 @@ edit_weights (const char *dir, const WeightEdit *edit)
   g_assert_cmpint (remove (copy), ==, 0);
 }
 
-/* ---- tests -------------------------------------------------------------------------------------
- */
+/* ---- tests ---- */
 
 static void
 test_open_tiny (void)

@@ -98,6 +98,54 @@ test_cache_matches_prefill (void)
   g_assert_cmpfloat (max_relative_error (all, all + h, h), >, 0.1f);
 }
 
+/* A batch of sequences at different positions equals running them one by one. */
+static void
+test_batch_matches_single (void)
+{
+  const GepardModelConfig *c = gepard_model_get_config (model);
+  int h = c->hidden_size;
+  int lengths[3] = {7, 1, 4};
+  int total = 12;
+  g_autofree float *embeds = g_new (float, total *h);
+  g_autofree float *batched = g_new (float, total *h);
+  g_autofree float *single = g_new (float, total *h);
+  g_autofree float *warmup = g_new (float, 5 * h);
+  gint32 ids[12], warm_ids[5] = {1, 2, 3, 4, 5};
+  for (int i = 0; i < total; i++)
+    ids[i] = (i * 53 + 11) % c->tokenizer_length;
+  g_assert_true (gepard_model_embed_tokens (model, ids, total, embeds, NULL));
+  g_assert_true (gepard_model_embed_tokens (model, warm_ids, 5, warmup, NULL));
+
+  GepardKvCache *a[3], *b[3];
+  for (int s = 0; s < 3; s++)
+    {
+      a[s] = gepard_kv_cache_new (model);
+      b[s] = gepard_kv_cache_new (model);
+    }
+  /* the second sequence is already 5 tokens in: its one token is a decode step */
+  g_autofree float *scratch = g_new (float, 5 * h);
+  gepard_model_forward (model, a[1], warmup, 5, scratch);
+  gepard_model_forward (model, b[1], warmup, 5, scratch);
+
+  GepardBatchSegment segments[3] = {{a[0], 7}, {a[1], 1}, {a[2], 4}};
+  gepard_model_forward_batch (model, segments, 3, embeds, batched);
+  int row = 0;
+  for (int s = 0; s < 3; s++)
+    {
+      gepard_model_forward (model, b[s], embeds + row * h, lengths[s], single + row * h);
+      g_assert_cmpint (gepard_kv_cache_get_length (a[s]), ==, gepard_kv_cache_get_length (b[s]));
+      row += lengths[s];
+    }
+  float error = max_relative_error (batched, single, (gsize)total * h);
+  g_test_message ("batched vs single: max relative error %.3g", error);
+  g_assert_cmpfloat (error, <, 0.05f);
+  for (int s = 0; s < 3; s++)
+    {
+      gepard_kv_cache_free (a[s]);
+      gepard_kv_cache_free (b[s]);
+    }
+}
+
 typedef struct
 {
   GArray *frames;
@@ -285,6 +333,7 @@ main (int argc, char **argv)
   g_test_add_func ("/model/layout", test_layout);
   g_test_add_func ("/model/stop-rule", test_stop_rule);
   g_test_add_func ("/model/cache-matches-prefill", test_cache_matches_prefill);
+  g_test_add_func ("/model/batch-matches-single", test_batch_matches_single);
   g_test_add_func ("/model/sampling-determinism", test_sampling_determinism);
   g_test_add_func ("/model/max-frames-and-cancel", test_max_frames_and_cancel);
   g_test_add_func ("/model/prefix-changes-output", test_prefix_changes_output);

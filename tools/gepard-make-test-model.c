@@ -93,8 +93,7 @@ f32_to_bf16 (float f)
   return (guint16)(bits >> 16);
 }
 
-/* ---- tensors -----------------------------------------------------------------------------------
- */
+/* ---- tensors ---- */
 
 typedef enum
 {
@@ -268,8 +267,7 @@ add_model_tensors (ModelWriter *w, const Preset *p, int vocab_size, int n_layers
   add_tensor (w, "null_prefix", INIT_NORMAL, 0, 0.02, 2, 8, h);
 }
 
-/* ---- tokenizer ---------------------------------------------------------------------------------
- */
+/* ---- tokenizer ---- */
 
 typedef struct
 {
@@ -354,8 +352,7 @@ write_tokenizer (const char *base_path, const char *out, int special_base, Token
   return json_generator_to_file (generator, out, error);
 }
 
-/* ---- configs -----------------------------------------------------------------------------------
- */
+/* ---- configs ---- */
 
 static JsonNode *
 backbone_config (const Preset *p, int vocab_size, int n_layers, const TokenizerIds *ids)
@@ -510,8 +507,7 @@ write_json (JsonNode *root, const char *dir, const char *name, GError **error)
   return json_generator_to_file (generator, path, error);
 }
 
-/* ---- main --------------------------------------------------------------------------------------
- */
+/* ---- main ---- */
 
 static const Preset *
 find_preset (const char *name)
