@@ -521,11 +521,17 @@ find_preset (const char *name)
 static char *
 default_tokenizer (void)
 {
-  /* the source tree when run from the build tree, else the installed copy */
-  char *path = g_build_filename (GEPARD_SOURCE_DIR, "models", "tokenizer.json", NULL);
-  if (g_file_test (path, G_FILE_TEST_EXISTS))
-    return path;
-  g_free (path);
+  /* the source tree (GEPARD_SOURCE_DIR, else where this was built from), else the installed copy */
+  const char *sources[] = {g_getenv ("GEPARD_SOURCE_DIR"), GEPARD_SOURCE_DIR};
+  for (guint i = 0; i < G_N_ELEMENTS (sources); i++)
+    {
+      if (sources[i] == NULL)
+        continue;
+      char *path = g_build_filename (sources[i], "models", "tokenizer.json", NULL);
+      if (g_file_test (path, G_FILE_TEST_EXISTS))
+        return path;
+      g_free (path);
+    }
   return g_build_filename (GEPARD_DATA_DIR, "tokenizer.json", NULL);
 }
 

@@ -1,0 +1,624 @@
+/* gepard-engine.c: the shared engine and its continuous-batching scheduler. */
+#include "gepard-engine.h"
+
+#include "gepard-backend.h"
+#include "gepard-error.h"
+#include "gepard-voice.h"
+
+#include <string.h>
+
+G_DEFINE_QUARK (gepard - engine - error - quark, gepard_engine_error)
+
+struct _GepardUtterance
+{
+  gatomicrefcount ref_count;
+  GepardEngine *engine;
+  gint cancelled; /* atomic */
+
+  GArray *layout; /* gint32 ids after the text-repetition layout */
+  float *prefix;  /* [n_prefix, H] or NULL */
+  int n_prefix;
+  GepardSampling sampling;
+  GepardUtteranceCallbacks callbacks;
+  gpointer user_data;
+  GDestroyNotify destroy;
+
+  /* scheduler thread only */
+  GepardKvCache *cache;
+  GepardSampler *sampler;
+  gint32 last_codes[GEPARD_MAX_AUDIO_HEADS];
+  int n_frames;
+  gboolean ended;
+};
+
+struct _GepardEngine
+{
+  gatomicrefcount ref_count;
+  char *registry_key; /* NULL unless shared */
+  GepardEngineOptions options;
+  GepardCheckpoint *checkpoint;
+  GepardModel *model;
+  GepardCodec *codec;
+  GepardDeviceInfo device;
+
+  GMutex lock;
+  GCond wake;
+  GQueue waiting;     /* GepardUtterance*, owned references */
+  GPtrArray *running; /* GepardUtterance*, owned references; scheduler thread only */
+  gboolean stopping;
+  gboolean free_on_exit; /* the last reference went on the scheduler thread itself */
+  GepardEngineStats stats;
+  GThread *scheduler;
+
+  GMutex voices_lock;
+  GHashTable *voices; /* id → GepardVoice* */
+};
+
+/* ---- utterances ---- */
+
+GepardUtterance *
+gepard_utterance_ref (GepardUtterance *utterance)
+{
+  g_atomic_ref_count_inc (&utterance->ref_count);
+  return utterance;
+}
+
+void
+gepard_utterance_unref (GepardUtterance *utterance)
+{
+  if (utterance == NULL || !g_atomic_ref_count_dec (&utterance->ref_count))
+    return;
+  g_array_unref (utterance->layout);
+  g_free (utterance->prefix);
+  g_clear_pointer (&utterance->cache, gepard_kv_cache_free);
+  g_clear_pointer (&utterance->sampler, gepard_sampler_free);
+  if (utterance->destroy != NULL)
+    utterance->destroy (utterance->user_data);
+  gepard_engine_unref (utterance->engine);
+  g_free (utterance);
+}
+
+void
+gepard_utterance_cancel (GepardUtterance *utterance)
+{
+  g_atomic_int_set (&utterance->cancelled, TRUE);
+  GepardEngine *engine = utterance->engine;
+  g_mutex_lock (&engine->lock);
+  g_cond_signal (&engine->wake);
+  g_mutex_unlock (&engine->lock);
+}
+
+static void
+utterance_end (GepardUtterance *utterance, GepardUtteranceEnd end)
+{
+  if (utterance->ended)
+    return;
+  utterance->ended = TRUE;
+  /* the cache is the expensive part: give it back now, not when the last reference goes */
+  g_clear_pointer (&utterance->cache, gepard_kv_cache_free);
+  if (utterance->callbacks.done != NULL)
+    utterance->callbacks.done (utterance, end, utterance->n_frames, utterance->user_data);
+}
+
+/* ---- the scheduler ---- */
+
+typedef struct
+{
+  GepardUtterance *utterance;
+  int n_tokens; /* rows in this step */
+} Step;
+
+/* One iteration: a forward over the admitted prefills and the running decodes, then a frame (or
+ * the end) for each. */
+static void
+run_step (GepardEngine *engine, GPtrArray *admitted)
+{
+  const GepardModelConfig *c = gepard_model_get_config (engine->model);
+  int h = c->hidden_size, n_logits = gepard_model_get_n_head_logits (engine->model);
+  GPtrArray *running = engine->running;
+  int n_steps = admitted->len + running->len;
+  g_autofree Step *steps = g_new0 (Step, n_steps);
+  g_autofree GepardBatchSegment *segments = g_new0 (GepardBatchSegment, n_steps);
+  int rows = 0, k = 0;
+
+  for (guint i = 0; i < admitted->len; i++, k++)
+    {
+      GepardUtterance *u = g_ptr_array_index (admitted, i);
+      steps[k] = (Step){u, u->n_prefix + (int)u->layout->len};
+      rows += steps[k].n_tokens;
+    }
+  for (guint i = 0; i < running->len; i++, k++)
+    {
+      steps[k] = (Step){g_ptr_array_index (running, i), 1};
+      rows += 1;
+    }
+
+  g_autofree float *embeds = g_new (float, (gsize)rows *h);
+  g_autofree float *hidden = g_new (float, (gsize)rows *h);
+  g_autofree float *last = g_new (float, (gsize)n_steps *h);
+  g_autofree float *logits = g_new (float, (gsize)n_steps *n_logits);
+  g_autofree float *stops = g_new (float, n_steps);
+  int row = 0;
+  for (k = 0; k < n_steps; k++)
+    {
+      GepardUtterance *u = steps[k].utterance;
+      float *e = embeds + (gsize)row * h;
+      if (u->cache == NULL)
+        {
+          /* prefill: [prefix | layout ids] (§3.3); ids were checked at submit */
+          u->cache = gepard_kv_cache_new (engine->model);
+          if (u->n_prefix > 0)
+            memcpy (e, u->prefix, sizeof (float) * u->n_prefix * h);
+          gboolean ok
+              = gepard_model_embed_tokens (engine->model, (const gint32 *)u->layout->data,
+                                           u->layout->len, e + (gsize)u->n_prefix * h, NULL);
+          g_assert (ok);
+        }
+      else
+        {
+          gboolean ok = gepard_model_embed_frame (engine->model, u->last_codes, e, NULL);
+          g_assert (ok);
+        }
+      segments[k] = (GepardBatchSegment){u->cache, steps[k].n_tokens};
+      row += steps[k].n_tokens;
+    }
+
+  gepard_model_forward_batch (engine->model, segments, n_steps, embeds, hidden);
+  row = 0;
+  for (k = 0; k < n_steps; k++)
+    {
+      row += steps[k].n_tokens;
+      memcpy (last + (gsize)k * h, hidden + (gsize)(row - 1) * h, sizeof (float) * h);
+    }
+  gepard_model_heads_batch (engine->model, last, n_steps, logits, stops);
+
+  guint64 frames = 0;
+  for (k = 0; k < n_steps; k++)
+    {
+      GepardUtterance *u = steps[k].utterance;
+      if (g_atomic_int_get (&u->cancelled))
+        {
+          utterance_end (u, GEPARD_UTTERANCE_CANCELLED);
+          continue;
+        }
+      /* §3.4: no stop check before the first frame */
+      if (u->n_frames > 0 && gepard_stop_decision (stops[k]))
+        {
+          utterance_end (u, GEPARD_UTTERANCE_STOPPED);
+          continue;
+        }
+      gepard_sampler_next (u->sampler, logits + (gsize)k * n_logits, u->last_codes);
+      if (u->callbacks.frame != NULL)
+        u->callbacks.frame (u, u->last_codes, u->n_frames, u->user_data);
+      u->n_frames++;
+      frames++;
+      if (u->n_frames >= u->sampling.max_frames)
+        utterance_end (u, GEPARD_UTTERANCE_MAX_FRAMES);
+    }
+
+  g_mutex_lock (&engine->lock);
+  engine->stats.steps++;
+  engine->stats.frames += frames;
+  engine->stats.running = n_steps;
+  g_mutex_unlock (&engine->lock);
+}
+
+/* Drops ended utterances from `list`, counting them. */
+static guint
+remove_ended (GPtrArray *list)
+{
+  guint removed = 0;
+  for (guint i = list->len; i-- > 0;)
+    {
+      GepardUtterance *u = g_ptr_array_index (list, i);
+      if (u->ended)
+        {
+          g_ptr_array_remove_index (list, i);
+          removed++;
+        }
+    }
+  return removed;
+}
+
+static void engine_release (GepardEngine *engine);
+
+static gpointer
+scheduler_main (gpointer data)
+{
+  GepardEngine *engine = data;
+  g_autoptr (GPtrArray) admitted
+      = g_ptr_array_new_with_free_func ((GDestroyNotify)gepard_utterance_unref);
+
+  for (;;)
+    {
+      g_mutex_lock (&engine->lock);
+      while (!engine->stopping && g_queue_is_empty (&engine->waiting) && engine->running->len == 0)
+        g_cond_wait (&engine->wake, &engine->lock);
+      gboolean stopping = engine->stopping;
+
+      /* admit under the prefill budget; one utterance always fits */
+      int budget = engine->options.prefill_budget;
+      while (!stopping && !g_queue_is_empty (&engine->waiting)
+             && engine->running->len + admitted->len < (guint)engine->options.max_batch)
+        {
+          GepardUtterance *u = g_queue_peek_head (&engine->waiting);
+          int tokens = u->n_prefix + (int)u->layout->len;
+          if (admitted->len > 0 && tokens > budget)
+            break;
+          g_ptr_array_add (admitted, g_queue_pop_head (&engine->waiting));
+          budget -= tokens;
+        }
+      engine->stats.waiting = g_queue_get_length (&engine->waiting);
+      g_mutex_unlock (&engine->lock);
+
+      if (stopping)
+        break;
+
+      /* cancelled before their prefill: end them without computing anything */
+      for (guint i = 0; i < admitted->len; i++)
+        {
+          GepardUtterance *u = g_ptr_array_index (admitted, i);
+          if (g_atomic_int_get (&u->cancelled))
+            utterance_end (u, GEPARD_UTTERANCE_CANCELLED);
+        }
+      for (guint i = 0; i < engine->running->len; i++)
+        {
+          GepardUtterance *u = g_ptr_array_index (engine->running, i);
+          if (g_atomic_int_get (&u->cancelled))
+            utterance_end (u, GEPARD_UTTERANCE_CANCELLED);
+        }
+      guint ended = remove_ended (admitted) + remove_ended (engine->running);
+
+      if (admitted->len + engine->running->len > 0)
+        run_step (engine, admitted);
+
+      while (admitted->len > 0)
+        g_ptr_array_add (engine->running, g_ptr_array_steal_index (admitted, 0));
+      ended += remove_ended (engine->running);
+
+      g_mutex_lock (&engine->lock);
+      engine->stats.utterances += ended;
+      g_mutex_unlock (&engine->lock);
+    }
+
+  /* shutdown: everything left is cancelled */
+  GepardUtterance *u;
+  g_mutex_lock (&engine->lock);
+  while ((u = g_queue_pop_head (&engine->waiting)) != NULL)
+    g_ptr_array_add (admitted, u);
+  g_mutex_unlock (&engine->lock);
+  for (guint i = 0; i < admitted->len; i++)
+    utterance_end (g_ptr_array_index (admitted, i), GEPARD_UTTERANCE_CANCELLED);
+  for (guint i = 0; i < engine->running->len; i++)
+    utterance_end (g_ptr_array_index (engine->running, i), GEPARD_UTTERANCE_CANCELLED);
+  if (engine->free_on_exit)
+    engine_release (engine);
+  return NULL;
+}
+
+/* ---- the engine ---- */
+
+void
+gepard_engine_options_init (GepardEngineOptions *options)
+{
+  options->max_batch = 64;
+  options->prefill_budget = 2048;
+  options->max_waiting = 4096;
+}
+
+GepardEngine *
+gepard_engine_new (const char *model, const char *device, const GepardEngineOptions *options,
+                   GError **error)
+{
+  g_autofree char *fallback = NULL;
+  GepardDeviceInfo info = {0};
+  if (!gepard_backend_select (device, &info, &fallback, error))
+    return NULL;
+  if (info.kind != GEPARD_BACKEND_CPU)
+    {
+      /* the CUDA backend does not run the model yet: "auto" falls back to the CPU and says why,
+       * an explicit GPU is refused rather than silently run elsewhere */
+      GepardBackendKind kind;
+      int index;
+      gboolean is_auto = FALSE;
+      gepard_device_info_clear (&info);
+      gepard_backend_parse_device (device, &kind, &index, &is_auto, NULL);
+      if (!is_auto)
+        {
+          g_set_error (error, GEPARD_BACKEND_ERROR, GEPARD_BACKEND_ERROR_UNAVAILABLE,
+                       "The GPU backend cannot run the model yet; use device=cpu or auto");
+          return NULL;
+        }
+      g_clear_pointer (&fallback, g_free);
+      fallback = g_strdup ("the GPU backend cannot run the model yet");
+      if (!gepard_backend_select ("cpu", &info, NULL, error))
+        return NULL;
+    }
+
+  g_autoptr (GepardCheckpoint) checkpoint = gepard_checkpoint_open (model, error);
+  if (checkpoint == NULL)
+    {
+      gepard_device_info_clear (&info);
+      return NULL;
+    }
+  GepardModel *lm = gepard_model_new (checkpoint, GEPARD_ROPE_INV_FREQ_BF16, error);
+  if (lm == NULL)
+    {
+      gepard_device_info_clear (&info);
+      return NULL;
+    }
+  GepardCodec *codec = NULL;
+  const char *codec_path = gepard_checkpoint_get_codec_path (checkpoint);
+  if (codec_path != NULL && (codec = gepard_codec_new (codec_path, error)) == NULL)
+    {
+      gepard_model_free (lm);
+      gepard_device_info_clear (&info);
+      return NULL;
+    }
+
+  GepardEngine *engine = g_new0 (GepardEngine, 1);
+  g_atomic_ref_count_init (&engine->ref_count);
+  if (options != NULL)
+    engine->options = *options;
+  else
+    gepard_engine_options_init (&engine->options);
+  engine->options.max_batch = MAX (engine->options.max_batch, 1);
+  engine->checkpoint = g_steal_pointer (&checkpoint);
+  engine->model = lm;
+  engine->codec = codec;
+  engine->device = info;
+  if (fallback != NULL)
+    g_info ("Gepard runs %s on the CPU: %s", model, fallback);
+  g_mutex_init (&engine->lock);
+  g_cond_init (&engine->wake);
+  g_queue_init (&engine->waiting);
+  engine->running = g_ptr_array_new_with_free_func ((GDestroyNotify)gepard_utterance_unref);
+  g_mutex_init (&engine->voices_lock);
+  engine->voices
+      = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, (GDestroyNotify)gepard_voice_unref);
+  g_hash_table_insert (
+      engine->voices, g_strdup ("default"),
+      gepard_voice_new ("default", NULL, 0, gepard_model_get_config (lm)->hidden_size));
+  engine->scheduler = g_thread_new ("gepard-engine", scheduler_main, engine);
+  return engine;
+}
+
+static GMutex registry_lock;
+static GHashTable *registry; /* "model\ndevice" → GepardEngine* (not owned) */
+
+GepardEngine *
+gepard_engine_get_shared (const char *model, const char *device, GError **error)
+{
+  g_autofree char *key = g_strdup_printf ("%s\n%s", model, device ? device : "auto");
+  g_mutex_lock (&registry_lock);
+  if (registry == NULL)
+    registry = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+  GepardEngine *engine = g_hash_table_lookup (registry, key);
+  if (engine != NULL)
+    gepard_engine_ref (engine);
+  else if ((engine = gepard_engine_new (model, device, NULL, error)) != NULL)
+    {
+      engine->registry_key = g_strdup (key);
+      g_hash_table_insert (registry, g_steal_pointer (&key), engine);
+    }
+  g_mutex_unlock (&registry_lock);
+  return engine;
+}
+
+GepardEngine *
+gepard_engine_ref (GepardEngine *engine)
+{
+  g_atomic_ref_count_inc (&engine->ref_count);
+  return engine;
+}
+
+static void
+engine_release (GepardEngine *engine)
+{
+  g_ptr_array_unref (engine->running);
+  g_hash_table_unref (engine->voices);
+  g_mutex_clear (&engine->voices_lock);
+  g_mutex_clear (&engine->lock);
+  g_cond_clear (&engine->wake);
+  gepard_codec_free (engine->codec);
+  gepard_model_free (engine->model);
+  gepard_checkpoint_free (engine->checkpoint);
+  gepard_device_info_clear (&engine->device);
+  g_free (engine->registry_key);
+  g_free (engine);
+}
+
+/* Every utterance holds a reference, so when the last one goes nothing is queued or running. The
+ * last reference can go on the scheduler thread (it drops finished utterances): the thread then
+ * frees the engine as it exits instead of joining itself. */
+static void
+engine_free (GepardEngine *engine)
+{
+  gboolean on_scheduler = g_thread_self () == engine->scheduler;
+  g_mutex_lock (&engine->lock);
+  engine->stopping = TRUE;
+  engine->free_on_exit = on_scheduler;
+  g_cond_signal (&engine->wake);
+  g_mutex_unlock (&engine->lock);
+  if (on_scheduler)
+    {
+      g_thread_unref (engine->scheduler);
+      return;
+    }
+  g_thread_join (engine->scheduler);
+  engine_release (engine);
+}
+
+void
+gepard_engine_unref (GepardEngine *engine)
+{
+  if (engine == NULL)
+    return;
+  if (engine->registry_key == NULL)
+    {
+      if (g_atomic_ref_count_dec (&engine->ref_count))
+        engine_free (engine);
+      return;
+    }
+  /* a shared engine leaves the registry under its lock, so no one revives it while it stops */
+  g_mutex_lock (&registry_lock);
+  gboolean last = g_atomic_ref_count_dec (&engine->ref_count);
+  if (last)
+    g_hash_table_remove (registry, engine->registry_key);
+  g_mutex_unlock (&registry_lock);
+  if (last)
+    engine_free (engine);
+}
+
+const GepardModelConfig *
+gepard_engine_get_config (const GepardEngine *engine)
+{
+  return gepard_model_get_config (engine->model);
+}
+
+GepardTokenizer *
+gepard_engine_get_tokenizer (const GepardEngine *engine)
+{
+  return gepard_checkpoint_get_tokenizer (engine->checkpoint);
+}
+
+const GepardModel *
+gepard_engine_get_model (const GepardEngine *engine)
+{
+  return engine->model;
+}
+
+GepardCodec *
+gepard_engine_get_codec (const GepardEngine *engine)
+{
+  return engine->codec;
+}
+
+const char *
+gepard_engine_get_device_description (const GepardEngine *engine)
+{
+  return engine->device.description;
+}
+
+gboolean
+gepard_engine_is_test_model (const GepardEngine *engine)
+{
+  return gepard_checkpoint_get_metadata (engine->checkpoint, "gepard.test_model") != NULL;
+}
+
+void
+gepard_engine_get_stats (GepardEngine *engine, GepardEngineStats *stats)
+{
+  g_mutex_lock (&engine->lock);
+  *stats = engine->stats;
+  g_mutex_unlock (&engine->lock);
+}
+
+GepardUtterance *
+gepard_engine_submit (GepardEngine *engine, const gint32 *text_ids, int n_ids, const float *prefix,
+                      int n_prefix, const GepardSampling *sampling,
+                      const GepardUtteranceCallbacks *callbacks, gpointer user_data,
+                      GDestroyNotify destroy, GError **error)
+{
+  const GepardModelConfig *c = gepard_model_get_config (engine->model);
+
+  if (n_ids <= 0)
+    {
+      g_set_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_INVALID_INPUT,
+                   "The text has no tokens");
+      return NULL;
+    }
+  for (int i = 0; i < n_ids; i++)
+    if (text_ids[i] < 0 || text_ids[i] >= c->vocab_size)
+      {
+        g_set_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_INVALID_INPUT,
+                     "Token id %d is outside the model's vocabulary of %d", text_ids[i],
+                     c->vocab_size);
+        return NULL;
+      }
+  if (n_prefix < 0 || (n_prefix > 0 && prefix == NULL))
+    {
+      g_set_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_INVALID_INPUT,
+                   "A prefix of %d rows without data", n_prefix);
+      return NULL;
+    }
+  if (sampling->max_frames <= 0 || !(sampling->temperature >= 0) || sampling->top_k < 0
+      || !(sampling->repetition_penalty > 0))
+    {
+      g_set_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_INVALID_INPUT,
+                   "Sampling needs max_frames > 0, temperature >= 0, top_k >= 0 and a "
+                   "positive repetition penalty");
+      return NULL;
+    }
+  if (sampling->cfg_scale != 1.0f)
+    {
+      g_set_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_UNSUPPORTED,
+                   "Text CFG (cfg_scale %g) runs only in the reference loop, not in the engine",
+                   sampling->cfg_scale);
+      return NULL;
+    }
+
+  GepardUtterance *u = g_new0 (GepardUtterance, 1);
+  g_atomic_ref_count_init (&u->ref_count);
+  u->engine = gepard_engine_ref (engine);
+  u->layout = gepard_text_layout (c, text_ids, n_ids);
+  if (n_prefix > 0)
+    u->prefix = g_memdup2 (prefix, sizeof (float) * n_prefix * c->hidden_size);
+  u->n_prefix = n_prefix;
+  u->sampling = *sampling;
+  if (callbacks != NULL)
+    u->callbacks = *callbacks;
+  u->user_data = user_data;
+  u->destroy = destroy;
+  u->sampler = gepard_sampler_new (engine->model, sampling);
+
+  g_mutex_lock (&engine->lock);
+  if (engine->stopping
+      || g_queue_get_length (&engine->waiting) >= (guint)engine->options.max_waiting)
+    {
+      gboolean stopping = engine->stopping;
+      g_mutex_unlock (&engine->lock);
+      g_set_error (error, GEPARD_ENGINE_ERROR,
+                   stopping ? GEPARD_ENGINE_ERROR_SHUTDOWN : GEPARD_ENGINE_ERROR_BUSY,
+                   stopping ? "The engine is stopping"
+                            : "The engine has too many utterances waiting; try again later");
+      u->destroy = NULL; /* the caller keeps its data when submit fails */
+      gepard_utterance_unref (u);
+      return NULL;
+    }
+  g_queue_push_tail (&engine->waiting, gepard_utterance_ref (u));
+  g_cond_signal (&engine->wake);
+  g_mutex_unlock (&engine->lock);
+  return u;
+}
+
+void
+gepard_engine_add_voice (GepardEngine *engine, GepardVoice *voice)
+{
+  g_mutex_lock (&engine->voices_lock);
+  g_hash_table_replace (engine->voices, g_strdup (gepard_voice_get_id (voice)),
+                        gepard_voice_ref (voice));
+  g_mutex_unlock (&engine->voices_lock);
+}
+
+GepardVoice *
+gepard_engine_lookup_voice (GepardEngine *engine, const char *id)
+{
+  g_mutex_lock (&engine->voices_lock);
+  GepardVoice *voice = g_hash_table_lookup (engine->voices, id);
+  if (voice != NULL)
+    gepard_voice_ref (voice);
+  g_mutex_unlock (&engine->voices_lock);
+  return voice;
+}
+
+gboolean
+gepard_engine_remove_voice (GepardEngine *engine, const char *id)
+{
+  if (g_strcmp0 (id, "default") == 0)
+    return FALSE;
+  g_mutex_lock (&engine->voices_lock);
+  gboolean removed = g_hash_table_remove (engine->voices, id);
+  g_mutex_unlock (&engine->voices_lock);
+  return removed;
+}

@@ -1,0 +1,294 @@
+/* Text to a WAV file through the pipeline description the project ships (pipelines/tts-wav.txt),
+ * the way an application runs it, and through gst-launch-1.0 the way a user types it: the run
+ * reaches EOS without an error, and the file is a valid 16 kHz WAV holding every generated frame's
+ * audio. */
+#include <gst/check/gstcheck.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+static char *work_dir;
+static char *model_dir;
+
+#define MAX_FRAMES 30
+
+typedef struct
+{
+  guint16 format;
+  guint16 channels;
+  guint32 rate;
+  guint16 bits;
+  gsize data_bytes;
+} Wav;
+
+static guint32
+le32 (const guint8 *p)
+{
+  return p[0] | p[1] << 8 | p[2] << 16 | (guint32)p[3] << 24;
+}
+
+static guint16
+le16 (const guint8 *p)
+{
+  return p[0] | p[1] << 8;
+}
+
+/* A RIFF/WAVE file whose sizes agree with its length, walked chunk by chunk. */
+static void
+read_wav (const char *path, Wav *wav)
+{
+  g_autofree guint8 *data = NULL;
+  gsize length = 0;
+  fail_unless (g_file_get_contents (path, (char **)&data, &length, NULL), "no %s", path);
+  fail_unless (length >= 44, "%s has %" G_GSIZE_FORMAT " bytes", path, length);
+  fail_unless (memcmp (data, "RIFF", 4) == 0 && memcmp (data + 8, "WAVE", 4) == 0);
+  /* wavenc rewrites the header at EOS: no placeholder sizes left (gstreamer-notes.md §5.16) */
+  fail_unless_equals_uint64 (le32 (data + 4), length - 8);
+
+  memset (wav, 0, sizeof *wav);
+  gboolean have_fmt = FALSE, have_data = FALSE;
+  gsize at = 12;
+  while (at + 8 <= length)
+    {
+      guint32 size = le32 (data + at + 4);
+      fail_unless (at + 8 + size <= length, "a chunk runs past the end of the file");
+      if (memcmp (data + at, "fmt ", 4) == 0)
+        {
+          fail_unless (size >= 16);
+          wav->format = le16 (data + at + 8);
+          wav->channels = le16 (data + at + 10);
+          wav->rate = le32 (data + at + 12);
+          wav->bits = le16 (data + at + 22);
+          have_fmt = TRUE;
+        }
+      else if (memcmp (data + at, "data", 4) == 0)
+        {
+          wav->data_bytes = size;
+          have_data = TRUE;
+        }
+      at += 8 + size + (size & 1);
+    }
+  fail_unless (have_fmt && have_data);
+}
+
+/* Frames × 1024 samples at 22050 Hz, resampled to 16 kHz, within 1 %. */
+static void
+check_wav (const char *path, guint64 frames)
+{
+  Wav wav;
+  read_wav (path, &wav);
+  fail_unless_equals_int (wav.format, 1); /* PCM */
+  fail_unless_equals_int (wav.channels, 1);
+  fail_unless_equals_int (wav.rate, 16000);
+  fail_unless_equals_int (wav.bits, 16);
+  fail_unless (frames > 0);
+  double expected = frames * 1024.0 * 16000.0 / 22050.0;
+  double samples = wav.data_bytes / 2.0;
+  fail_unless (samples >= expected * 0.99 && samples <= expected * 1.01,
+               "%.0f samples for %" G_GUINT64_FORMAT " frames (expected %.0f)", samples, frames,
+               expected);
+}
+
+/* The shipped description, with the values a run needs set on its named elements. */
+static GstElement *
+tts_wav_pipeline (const char *output)
+{
+  g_autofree char *path
+      = g_build_filename (g_getenv ("GEPARD_SOURCE_DIR"), "pipelines", "tts-wav.txt", NULL);
+  g_autofree char *description = NULL;
+  fail_unless (g_file_get_contents (path, &description, NULL, NULL));
+  GError *error = NULL;
+  GstElement *pipeline = gst_parse_launch (g_strstrip (description), &error);
+  fail_unless (pipeline != NULL && error == NULL, "%s: %s", path, error ? error->message : "");
+
+  const char *named[] = {"text", "lm", "codec", "format", "sink"};
+  for (guint i = 0; i < G_N_ELEMENTS (named); i++)
+    {
+      GstElement *element = gst_bin_get_by_name (GST_BIN (pipeline), named[i]);
+      fail_unless (element != NULL, "%s has no element named %s", path, named[i]);
+      if (g_str_equal (named[i], "lm"))
+        g_object_set (element, "model", model_dir, "device", "cpu", "max-frames", MAX_FRAMES, NULL);
+      else if (g_str_equal (named[i], "codec"))
+        g_object_set (element, "model", model_dir, "device", "cpu", NULL);
+      else if (g_str_equal (named[i], "sink"))
+        g_object_set (element, "location", output, NULL);
+      gst_object_unref (element);
+    }
+  return pipeline;
+}
+
+/* Runs to EOS (failing on an error or a minute without one); returns gepardlm's frame count. */
+static guint64
+run_to_eos (GstElement *pipeline)
+{
+  GstBus *bus = gst_element_get_bus (pipeline);
+  GstMessage *message
+      = gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND, GST_MESSAGE_EOS | GST_MESSAGE_ERROR);
+  fail_unless (message != NULL, "no EOS within a minute");
+  if (GST_MESSAGE_TYPE (message) == GST_MESSAGE_ERROR)
+    {
+      GError *error = NULL;
+      gst_message_parse_error (message, &error, NULL);
+      fail ("error from %s: %s", GST_OBJECT_NAME (GST_MESSAGE_SRC (message)), error->message);
+    }
+  gst_message_unref (message);
+
+  guint64 frames = 0;
+  GstElement *lm = gst_bin_get_by_name (GST_BIN (pipeline), "lm");
+  g_object_get (lm, "frames", &frames, NULL);
+  gst_object_unref (lm);
+  fail_unless_equals_int (gst_element_set_state (pipeline, GST_STATE_NULL),
+                          GST_STATE_CHANGE_SUCCESS);
+  /* nothing went wrong on the way down either */
+  message = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+  fail_unless (message == NULL);
+  gst_object_unref (bus);
+  return frames;
+}
+
+GST_START_TEST (test_text_property)
+{
+  g_autofree char *output = g_build_filename (work_dir, "text-property.wav", NULL);
+  GstElement *pipeline = tts_wav_pipeline (output);
+  GstElement *text = gst_bin_get_by_name (GST_BIN (pipeline), "text");
+  g_object_set (text, "text", "Hello there. This is Gepard.", NULL);
+  gst_object_unref (text);
+
+  fail_if (gst_element_set_state (pipeline, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE);
+  guint64 frames = run_to_eos (pipeline);
+  /* two sentences, each bounded by max-frames */
+  fail_unless (frames <= 2 * MAX_FRAMES, "%" G_GUINT64_FORMAT " frames", frames);
+  check_wav (output, frames);
+  gst_object_unref (pipeline);
+}
+GST_END_TEST;
+
+GST_START_TEST (test_push_text)
+{
+  /* the application feeds the turn from its own thread, as the server does */
+  g_autofree char *output = g_build_filename (work_dir, "push-text.wav", NULL);
+  GstElement *pipeline = tts_wav_pipeline (output);
+  GstElement *text = gst_bin_get_by_name (GST_BIN (pipeline), "text");
+
+  fail_if (gst_element_set_state (pipeline, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE);
+  const char *pieces[] = {"Hello there. ", "This is ", "Gepard."};
+  for (guint i = 0; i < G_N_ELEMENTS (pieces); i++)
+    {
+      gboolean accepted = FALSE;
+      g_signal_emit_by_name (text, "push-text", pieces[i], &accepted);
+      fail_unless (accepted);
+    }
+  gboolean ended = FALSE;
+  g_signal_emit_by_name (text, "end-of-text", &ended);
+  fail_unless (ended);
+  gst_object_unref (text);
+
+  guint64 frames = run_to_eos (pipeline);
+  fail_unless (frames <= 2 * MAX_FRAMES, "%" G_GUINT64_FORMAT " frames", frames);
+  check_wav (output, frames);
+  gst_object_unref (pipeline);
+}
+GST_END_TEST;
+
+GST_START_TEST (test_gst_launch)
+{
+  /* the command line a user types; gepardlm reports nothing to the shell, so the file's length
+   * is checked against the bound */
+  g_autofree char *output = g_build_filename (work_dir, "launch.wav", NULL);
+  g_autofree char *model = g_strdup_printf ("model=%s", model_dir);
+  g_autofree char *location = g_strdup_printf ("location=%s", output);
+  char *argv[] = {"gst-launch-1.0",
+                  "-q",
+                  "gepardtextsrc",
+                  "text=Hello there. This is Gepard.",
+                  "!",
+                  "gepardlm",
+                  model,
+                  "device=cpu",
+                  "max-frames=" G_STRINGIFY (MAX_FRAMES),
+                  "!",
+                  "gepardcodec",
+                  model,
+                  "device=cpu",
+                  "!",
+                  "audioconvert",
+                  "!",
+                  "audioresample",
+                  "!",
+                  "audio/x-raw,rate=16000,format=S16LE",
+                  "!",
+                  "wavenc",
+                  "!",
+                  "filesink",
+                  location,
+                  NULL};
+  char *err = NULL;
+  int status = 0;
+  fail_unless (g_spawn_sync (NULL, argv, NULL, G_SPAWN_SEARCH_PATH | G_SPAWN_STDOUT_TO_DEV_NULL,
+                             NULL, NULL, NULL, &err, &status, NULL));
+  fail_unless (g_spawn_check_wait_status (status, NULL), "gst-launch-1.0 failed: %s", err);
+  g_free (err);
+
+  Wav wav;
+  read_wav (output, &wav);
+  fail_unless_equals_int (wav.rate, 16000);
+  fail_unless_equals_int (wav.bits, 16);
+  fail_unless_equals_int (wav.channels, 1);
+  /* whole frames, at most two sentences of MAX_FRAMES */
+  double frames = wav.data_bytes / 2.0 * 22050.0 / 16000.0 / 1024.0;
+  fail_unless (frames >= 0.99 && frames <= 2 * MAX_FRAMES * 1.01, "%.2f frames", frames);
+}
+GST_END_TEST;
+
+GST_START_TEST (test_elements_registered)
+{
+  /* gst-inspect-1.0 finds every element of the pipeline in the test's registry */
+  const char *names[] = {"gepardtextsrc", "gepardlm", "gepardcodec"};
+  for (guint i = 0; i < G_N_ELEMENTS (names); i++)
+    {
+      char *argv[] = {"gst-inspect-1.0", (char *)names[i], NULL};
+      int status = 0;
+      fail_unless (g_spawn_sync (NULL, argv, NULL,
+                                 G_SPAWN_SEARCH_PATH | G_SPAWN_STDOUT_TO_DEV_NULL
+                                     | G_SPAWN_STDERR_TO_DEV_NULL,
+                                 NULL, NULL, NULL, NULL, &status, NULL));
+      fail_unless (g_spawn_check_wait_status (status, NULL), "gst-inspect-1.0 %s failed", names[i]);
+    }
+}
+GST_END_TEST;
+
+static Suite *
+pipeline_suite (void)
+{
+  Suite *s = suite_create ("pipeline");
+  TCase *tc = tcase_create ("general");
+  suite_add_tcase (s, tc);
+  tcase_add_test (tc, test_elements_registered);
+  tcase_add_test (tc, test_text_property);
+  tcase_add_test (tc, test_push_text);
+  tcase_add_test (tc, test_gst_launch);
+  return s;
+}
+
+int
+main (int argc, char **argv)
+{
+  gst_check_init (&argc, &argv);
+
+  work_dir = g_dir_make_tmp ("gepard-pipeline-XXXXXX", NULL);
+  model_dir = g_build_filename (work_dir, "tiny", NULL);
+  g_autofree char *tool
+      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
+  g_autofree char *command = g_strdup_printf ("'%s' --preset tiny --seed 7 '%s'", tool, model_dir);
+  int status = 0;
+  g_assert_true (g_spawn_command_line_sync (command, NULL, NULL, &status, NULL));
+  g_assert_true (g_spawn_check_wait_status (status, NULL));
+
+  int failed = gst_check_run_suite (pipeline_suite (), "pipeline", __FILE__);
+
+  g_autofree char *rm = g_strdup_printf ("rm -rf '%s'", work_dir);
+  (void)!system (rm);
+  g_free (model_dir);
+  g_free (work_dir);
+  return failed;
+}

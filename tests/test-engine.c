@@ -1,0 +1,389 @@
+/* The shared engine: continuous batching gives each utterance the frames the reference loop gives
+ * it, cancellation ends one utterance at once, bad requests are refused. */
+#include "gepard-engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *work_dir;
+static char *model_dir;
+
+typedef struct
+{
+  GMutex lock;
+  GCond cond;
+  GArray *frames;
+  int ended;
+  GepardUtteranceEnd end;
+  int n_frames;
+  int cancel_after; /* cancel from the frame callback after this many frames; 0: never */
+} Record;
+
+static Record *
+record_new (int cancel_after)
+{
+  Record *r = g_new0 (Record, 1);
+  g_mutex_init (&r->lock);
+  g_cond_init (&r->cond);
+  r->frames = g_array_new (FALSE, FALSE, sizeof (gint32));
+  r->cancel_after = cancel_after;
+  return r;
+}
+
+static void
+record_free (Record *r)
+{
+  g_mutex_clear (&r->lock);
+  g_cond_clear (&r->cond);
+  g_array_unref (r->frames);
+  g_free (r);
+}
+
+static void
+on_frame (GepardUtterance *u, const gint32 *codes, int index, gpointer user_data)
+{
+  Record *r = user_data;
+  g_mutex_lock (&r->lock);
+  g_assert_cmpint (index * 32, ==, r->frames->len);
+  g_assert_cmpint (r->ended, ==, 0);
+  g_array_append_vals (r->frames, codes, 32);
+  g_mutex_unlock (&r->lock);
+  if (r->cancel_after > 0 && index + 1 == r->cancel_after)
+    gepard_utterance_cancel (u);
+}
+
+static void
+on_done (GepardUtterance *u, GepardUtteranceEnd end, int n_frames, gpointer user_data)
+{
+  Record *r = user_data;
+  g_mutex_lock (&r->lock);
+  r->ended++;
+  r->end = end;
+  r->n_frames = n_frames;
+  g_cond_broadcast (&r->cond);
+  g_mutex_unlock (&r->lock);
+}
+
+static const GepardUtteranceCallbacks callbacks = {on_frame, on_done};
+
+static void
+record_wait (Record *r)
+{
+  gint64 deadline = g_get_monotonic_time () + 60 * G_TIME_SPAN_SECOND;
+  g_mutex_lock (&r->lock);
+  while (r->ended == 0)
+    if (!g_cond_wait_until (&r->cond, &r->lock, deadline))
+      g_error ("an utterance did not end within 60 s");
+  g_mutex_unlock (&r->lock);
+}
+
+static gboolean
+collect (const gint32 *codes, int index, gpointer user_data)
+{
+  g_array_append_vals (user_data, codes, 32);
+  return TRUE;
+}
+
+/* the reference loop's frames for the same request */
+static GArray *
+reference_frames (GepardEngine *engine, const gint32 *text, int n, const GepardSampling *sampling)
+{
+  const GepardModelConfig *c = gepard_engine_get_config (engine);
+  g_autoptr (GArray) layout = gepard_text_layout (c, text, n);
+  GArray *frames = g_array_new (FALSE, FALSE, sizeof (gint32));
+  int count
+      = gepard_generate (gepard_engine_get_model (engine), NULL, 0, (const gint32 *)layout->data,
+                         layout->len, sampling, collect, frames, NULL);
+  g_assert_cmpint (count * 32, ==, frames->len);
+  return frames;
+}
+
+static void
+text_for (int i, gint32 *text, int *n)
+{
+  *n = 3 + i % 9;
+  for (int k = 0; k < *n; k++)
+    text[k] = 20 + (i * 31 + k * 7) % 200;
+}
+
+static void
+test_single_equals_reference (void)
+{
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", NULL, &error);
+  g_assert_no_error (error);
+  GepardSampling sampling;
+  gepard_sampling_init_default (&sampling);
+  sampling.seed = 99;
+  sampling.max_frames = 300;
+  gint32 text[16];
+  int n;
+  text_for (1, text, &n);
+
+  Record *r = record_new (0);
+  g_autoptr (GepardUtterance) u
+      = gepard_engine_submit (engine, text, n, NULL, 0, &sampling, &callbacks, r, NULL, &error);
+  g_assert_no_error (error);
+  record_wait (r);
+  g_autoptr (GArray) expected = reference_frames (engine, text, n, &sampling);
+  g_assert_cmpint (r->ended, ==, 1);
+  g_assert_cmpint (r->n_frames * 32, ==, r->frames->len);
+  g_assert_cmpmem (r->frames->data, r->frames->len * 4, expected->data, expected->len * 4);
+  g_assert_true (r->end == GEPARD_UTTERANCE_STOPPED || r->end == GEPARD_UTTERANCE_MAX_FRAMES);
+  record_free (r);
+}
+
+/* The reference's logits for `head` at frame `k` after forcing `frames` [k, 32]. */
+static void
+reference_logits_at (GepardEngine *engine, const gint32 *text, int n, const gint32 *frames, int k,
+                     float *logits)
+{
+  const GepardModel *model = gepard_engine_get_model (engine);
+  const GepardModelConfig *c = gepard_engine_get_config (engine);
+  int h = c->hidden_size;
+  g_autoptr (GArray) layout = gepard_text_layout (c, text, n);
+  g_autofree float *embeds = g_new (float, layout->len *h);
+  g_autofree float *hidden = g_new (float, layout->len *h);
+  g_autoptr (GepardKvCache) cache = gepard_kv_cache_new (model);
+  float stop;
+  g_assert_true (
+      gepard_model_embed_tokens (model, (const gint32 *)layout->data, layout->len, embeds, NULL));
+  gepard_model_forward (model, cache, embeds, layout->len, hidden);
+  const float *state = hidden + (layout->len - 1) * h;
+  for (int j = 0; j < k; j++)
+    {
+      g_assert_true (gepard_model_embed_frame (model, frames + j * 32, embeds, NULL));
+      gepard_model_forward (model, cache, embeds, 1, hidden);
+      state = hidden;
+    }
+  gepard_model_heads (model, state, logits, &stop);
+}
+
+/* Many greedy utterances at once, joining while others run: each gets the reference loop's frames.
+ * BLAS may sum a batch in another order than one row, so where the two first differ the reference
+ * must have had a near tie there (gepard-model.h). */
+static void
+test_batched_equals_reference (void)
+{
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", NULL, &error);
+  g_assert_no_error (error);
+  const GepardModelConfig *c = gepard_engine_get_config (engine);
+  enum
+  {
+    N = 12
+  };
+  Record *records[N];
+  GepardUtterance *utterances[N];
+  GepardSampling sampling;
+  gepard_sampling_init_default (&sampling);
+  sampling.temperature = 0;
+  for (int i = 0; i < N; i++)
+    {
+      gint32 text[16];
+      int n;
+      text_for (i, text, &n);
+      sampling.max_frames = 40 + 10 * i;
+      records[i] = record_new (0);
+      utterances[i] = gepard_engine_submit (engine, text, n, NULL, 0, &sampling, &callbacks,
+                                            records[i], NULL, &error);
+      g_assert_no_error (error);
+      if (i % 4 == 3)
+        g_usleep (2000); /* later ones join a running batch */
+    }
+  int identical = 0;
+  for (int i = 0; i < N; i++)
+    {
+      gint32 text[16];
+      int n;
+      text_for (i, text, &n);
+      record_wait (records[i]);
+      g_assert_cmpint (records[i]->ended, ==, 1);
+      sampling.max_frames = 40 + 10 * i;
+      g_autoptr (GArray) expected = reference_frames (engine, text, n, &sampling);
+      GArray *got = records[i]->frames;
+      guint common = MIN (got->len, expected->len), k = 0;
+      while (k < common && g_array_index (got, gint32, k) == g_array_index (expected, gint32, k))
+        k++;
+      if (k == common)
+        {
+          g_assert_cmpuint (got->len, ==, expected->len);
+          identical++;
+        }
+      else
+        {
+          int frame = k / 32, head = k % 32, offset = 0;
+          float logits[GEPARD_MAX_HEAD_LOGITS];
+          reference_logits_at (engine, text, n, (const gint32 *)got->data, frame, logits);
+          for (int j = 0; j < head; j++)
+            offset += c->head_levels[j];
+          float a = logits[offset + g_array_index (got, gint32, k)];
+          float b = logits[offset + g_array_index (expected, gint32, k)];
+          g_test_message ("utterance %d: near tie at frame %d head %d: %g vs %g", i, frame, head, a,
+                          b);
+          g_assert_cmpfloat (fabsf (a - b), <=, 0.02f * MAX (1.0f, fabsf (b)));
+        }
+      gepard_utterance_unref (utterances[i]);
+      record_free (records[i]);
+    }
+  g_assert_cmpint (identical, >=, N / 2);
+  GepardEngineStats stats;
+  gepard_engine_get_stats (engine, &stats);
+  g_test_message ("%" G_GUINT64_FORMAT " steps for %" G_GUINT64_FORMAT " frames", stats.steps,
+                  stats.frames);
+  /* batching: far fewer steps than frames */
+  g_assert_cmpuint (stats.steps * 2, <, stats.frames);
+  g_assert_cmpuint (stats.utterances, ==, N);
+}
+
+static void
+test_cancel (void)
+{
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", NULL, &error);
+  GepardSampling sampling;
+  gepard_sampling_init_default (&sampling);
+  sampling.temperature = 0;
+  sampling.max_frames = 100000;
+  gint32 text[4] = {30, 31, 32, 33};
+
+  /* cancelled from its own frame callback: no frame after the third */
+  Record *r = record_new (3);
+  g_autoptr (GepardUtterance) u
+      = gepard_engine_submit (engine, text, 4, NULL, 0, &sampling, &callbacks, r, NULL, &error);
+  g_assert_no_error (error);
+  record_wait (r);
+  if (r->end == GEPARD_UTTERANCE_CANCELLED)
+    g_assert_cmpint (r->n_frames, ==, 3);
+  else
+    g_assert_cmpint (r->n_frames, <, 3); /* the model stopped first */
+
+  /* cancelled before it ever ran, and cancelling twice is harmless */
+  Record *q = record_new (0);
+  g_autoptr (GepardUtterance) v
+      = gepard_engine_submit (engine, text, 4, NULL, 0, &sampling, &callbacks, q, NULL, &error);
+  gepard_utterance_cancel (v);
+  gepard_utterance_cancel (v);
+  record_wait (q);
+  g_assert_cmpint (q->ended, ==, 1);
+  g_assert_cmpint (q->end, ==, GEPARD_UTTERANCE_CANCELLED);
+  g_assert_cmpint (q->n_frames, <=, 1);
+  record_free (r);
+  record_free (q);
+}
+
+/* Utterances keep their engine: dropping every other reference lets them finish, and the engine
+ * goes away with the last one (on its own scheduler thread). */
+static void
+test_utterances_keep_engine (void)
+{
+  g_autoptr (GError) error = NULL;
+  GepardEngine *engine = gepard_engine_new (model_dir, "cpu", NULL, &error);
+  GepardSampling sampling;
+  gepard_sampling_init_default (&sampling);
+  sampling.max_frames = 30;
+  gint32 text[2] = {40, 41};
+  Record *records[4];
+  for (int i = 0; i < 4; i++)
+    {
+      records[i] = record_new (0);
+      GepardUtterance *u = gepard_engine_submit (engine, text, 2, NULL, 0, &sampling, &callbacks,
+                                                 records[i], NULL, &error);
+      g_assert_no_error (error);
+      gepard_utterance_unref (u);
+    }
+  gepard_engine_unref (engine);
+  for (int i = 0; i < 4; i++)
+    {
+      record_wait (records[i]);
+      g_assert_cmpint (records[i]->ended, ==, 1);
+      g_assert_cmpint (records[i]->end, !=, GEPARD_UTTERANCE_CANCELLED);
+    }
+  /* the scheduler drops its last utterance (and so the engine) right after `done` */
+  g_usleep (100000);
+  for (int i = 0; i < 4; i++)
+    record_free (records[i]);
+}
+
+static void
+test_bad_requests (void)
+{
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", NULL, &error);
+  const GepardModelConfig *c = gepard_engine_get_config (engine);
+  GepardSampling sampling;
+  gepard_sampling_init_default (&sampling);
+  gint32 bad[2] = {5, c->vocab_size};
+
+  g_assert_null (
+      gepard_engine_submit (engine, bad, 2, NULL, 0, &sampling, &callbacks, NULL, NULL, &error));
+  g_assert_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_INVALID_INPUT);
+  g_clear_error (&error);
+  g_assert_null (
+      gepard_engine_submit (engine, bad, 0, NULL, 0, &sampling, &callbacks, NULL, NULL, &error));
+  g_assert_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_INVALID_INPUT);
+  g_clear_error (&error);
+  sampling.cfg_scale = 2.0f;
+  g_assert_null (
+      gepard_engine_submit (engine, bad, 1, NULL, 0, &sampling, &callbacks, NULL, NULL, &error));
+  g_assert_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_UNSUPPORTED);
+  g_clear_error (&error);
+  sampling.cfg_scale = 1.0f;
+  sampling.max_frames = 0;
+  g_assert_null (
+      gepard_engine_submit (engine, bad, 1, NULL, 0, &sampling, &callbacks, NULL, NULL, &error));
+  g_assert_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_INVALID_INPUT);
+  g_clear_error (&error);
+
+  g_assert_null (gepard_engine_new (model_dir, "tpu", NULL, &error));
+  g_assert_nonnull (error);
+  g_clear_error (&error);
+  g_assert_null (gepard_engine_new ("/no/such/model", "cpu", NULL, &error));
+  g_assert_nonnull (error);
+}
+
+static void
+test_shared (void)
+{
+  g_autoptr (GError) error = NULL;
+  GepardEngine *a = gepard_engine_get_shared (model_dir, "cpu", &error);
+  g_assert_no_error (error);
+  GepardEngine *b = gepard_engine_get_shared (model_dir, "cpu", &error);
+  g_assert_true (a == b);
+  g_assert_true (gepard_engine_is_test_model (a));
+  g_assert_nonnull (gepard_engine_get_codec (a));
+  gepard_engine_unref (a);
+  gepard_engine_unref (b);
+  GepardEngine *c = gepard_engine_get_shared (model_dir, "cpu", &error);
+  g_assert_no_error (error);
+  gepard_engine_unref (c);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  work_dir = g_dir_make_tmp ("gepard-engine-XXXXXX", NULL);
+  model_dir = g_build_filename (work_dir, "tiny", NULL);
+  g_autofree char *tool
+      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
+  g_autofree char *command = g_strdup_printf ("'%s' --preset tiny --seed 21 '%s'", tool, model_dir);
+  int status = 0;
+  g_assert_true (g_spawn_command_line_sync (command, NULL, NULL, &status, NULL));
+  g_assert_true (g_spawn_check_wait_status (status, NULL));
+
+  g_test_add_func ("/engine/single-equals-reference", test_single_equals_reference);
+  g_test_add_func ("/engine/batched-equals-reference", test_batched_equals_reference);
+  g_test_add_func ("/engine/cancel", test_cancel);
+  g_test_add_func ("/engine/utterances-keep-engine", test_utterances_keep_engine);
+  g_test_add_func ("/engine/bad-requests", test_bad_requests);
+  g_test_add_func ("/engine/shared", test_shared);
+  int result = g_test_run ();
+
+  g_autofree char *rm = g_strdup_printf ("rm -rf '%s'", work_dir);
+  (void)!system (rm);
+  g_free (model_dir);
+  g_free (work_dir);
+  return result;
+}
