@@ -405,6 +405,15 @@ gepard_engine_get_shared (const char *model, const char *device, GError **error)
   return engine;
 }
 
+guint
+gepard_engine_count_shared (void)
+{
+  g_mutex_lock (&registry_lock);
+  guint n = registry != NULL ? g_hash_table_size (registry) : 0;
+  g_mutex_unlock (&registry_lock);
+  return n;
+}
+
 GepardEngine *
 gepard_engine_ref (GepardEngine *engine)
 {

@@ -43,6 +43,8 @@ GepardEngine *gepard_engine_new (const char *model, const char *device,
                                  const GepardEngineOptions *options, GError **error);
 /* The process-wide engine for (model, device): created on first use, shared while referenced. */
 GepardEngine *gepard_engine_get_shared (const char *model, const char *device, GError **error);
+/* How many shared engines (loaded models) the process holds now. */
+guint gepard_engine_count_shared (void);
 GepardEngine *gepard_engine_ref (GepardEngine *engine);
 /* An engine runs while referenced; every utterance holds a reference until it is freed. The
  * last reference stops the scheduler and frees everything. */

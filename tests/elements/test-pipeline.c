@@ -2,6 +2,8 @@
  * the way an application runs it, and through gst-launch-1.0 the way a user types it: the run
  * reaches EOS without an error, and the file is a valid 16 kHz WAV holding every generated frame's
  * audio. */
+#include "gepard-engine.h"
+
 #include <gst/check/gstcheck.h>
 
 #include <stdlib.h>
@@ -71,22 +73,28 @@ read_wav (const char *path, Wav *wav)
   fail_unless (have_fmt && have_data);
 }
 
-/* Frames × 1024 samples at 22050 Hz, resampled to 16 kHz, within 1 %. */
+/* Frames × 1024 samples at 22050 Hz, resampled to `rate`, within 1 %. */
 static void
-check_wav (const char *path, guint64 frames)
+check_wav_rate (const char *path, guint64 frames, int rate)
 {
   Wav wav;
   read_wav (path, &wav);
   fail_unless_equals_int (wav.format, 1); /* PCM */
   fail_unless_equals_int (wav.channels, 1);
-  fail_unless_equals_int (wav.rate, 16000);
+  fail_unless_equals_int (wav.rate, rate);
   fail_unless_equals_int (wav.bits, 16);
   fail_unless (frames > 0);
-  double expected = frames * 1024.0 * 16000.0 / 22050.0;
+  double expected = frames * 1024.0 * rate / 22050.0;
   double samples = wav.data_bytes / 2.0;
   fail_unless (samples >= expected * 0.99 && samples <= expected * 1.01,
                "%.0f samples for %" G_GUINT64_FORMAT " frames (expected %.0f)", samples, frames,
                expected);
+}
+
+static void
+check_wav (const char *path, guint64 frames)
+{
+  check_wav_rate (path, frames, 16000);
 }
 
 /* The shipped description, with the values a run needs set on its named elements. */
@@ -160,6 +168,61 @@ GST_START_TEST (test_text_property)
   fail_unless (frames <= 2 * MAX_FRAMES, "%" G_GUINT64_FORMAT " frames", frames);
   check_wav (output, frames);
   gst_object_unref (pipeline);
+}
+GST_END_TEST;
+
+/* Any output rate through audioresample: 48 kHz from the same description, its format
+ * capsfilter changed */
+GST_START_TEST (test_48khz)
+{
+  g_autofree char *output = g_build_filename (work_dir, "48khz.wav", NULL);
+  GstElement *pipeline = tts_wav_pipeline (output);
+  GstElement *text = gst_bin_get_by_name (GST_BIN (pipeline), "text");
+  GstElement *format = gst_bin_get_by_name (GST_BIN (pipeline), "format");
+  g_object_set (text, "text", "Forty-eight kilohertz, please.", NULL);
+  GstCaps *caps = gst_caps_from_string ("audio/x-raw, format=S16LE, rate=48000, channels=1");
+  g_object_set (format, "caps", caps, NULL);
+  gst_caps_unref (caps);
+  gst_object_unref (text);
+  gst_object_unref (format);
+
+  fail_if (gst_element_set_state (pipeline, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE);
+  guint64 frames = run_to_eos (pipeline);
+  fail_unless (frames <= MAX_FRAMES, "%" G_GUINT64_FORMAT " frames", frames);
+  check_wav_rate (output, frames, 48000);
+  gst_object_unref (pipeline);
+}
+GST_END_TEST;
+
+/* Two pipelines of one process share one engine: the weights are loaded once. */
+GST_START_TEST (test_two_pipelines_one_engine)
+{
+  g_autofree char *out_a = g_build_filename (work_dir, "shared-a.wav", NULL);
+  g_autofree char *out_b = g_build_filename (work_dir, "shared-b.wav", NULL);
+  GstElement *a = tts_wav_pipeline (out_a);
+  GstElement *b = tts_wav_pipeline (out_b);
+  GstElement *text_a = gst_bin_get_by_name (GST_BIN (a), "text");
+  GstElement *text_b = gst_bin_get_by_name (GST_BIN (b), "text");
+
+  guint before = gepard_engine_count_shared ();
+  fail_if (gst_element_set_state (a, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE);
+  fail_if (gst_element_set_state (b, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE);
+  /* both pipelines are running and hold the engine (their turns are still open) */
+  fail_unless_equals_int (gepard_engine_count_shared (), before + 1);
+
+  gboolean ok = FALSE;
+  g_signal_emit_by_name (text_a, "push-text", "The first pipeline speaks.", &ok);
+  g_signal_emit_by_name (text_a, "end-of-text", &ok);
+  g_signal_emit_by_name (text_b, "push-text", "The second one too.", &ok);
+  g_signal_emit_by_name (text_b, "end-of-text", &ok);
+  gst_object_unref (text_a);
+  gst_object_unref (text_b);
+  check_wav (out_a, run_to_eos (a));
+  check_wav (out_b, run_to_eos (b));
+  gst_object_unref (a);
+  gst_object_unref (b);
+  /* and released with the last element that held it */
+  fail_unless_equals_int (gepard_engine_count_shared (), before);
 }
 GST_END_TEST;
 
@@ -266,6 +329,8 @@ pipeline_suite (void)
   tcase_add_test (tc, test_elements_registered);
   tcase_add_test (tc, test_text_property);
   tcase_add_test (tc, test_push_text);
+  tcase_add_test (tc, test_48khz);
+  tcase_add_test (tc, test_two_pipelines_one_engine);
   tcase_add_test (tc, test_gst_launch);
   return s;
 }
