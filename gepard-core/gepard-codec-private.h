@@ -151,5 +151,8 @@ void gepard_activation_forward (const GepardActivation *act, const float *x, gsi
 
 /* the offsets of every cached piece and their total, for `config` */
 void gepard_state_layout_init (GepardStateLayout *layout, const GepardCodecConfig *config);
+/* A stream's causal state (state_layout.total floats), so that tests can compare two streams'
+ * states bit for bit. */
+const float *gepard_codec_stream_peek_state (const GepardCodecStream *stream);
 
 G_END_DECLS

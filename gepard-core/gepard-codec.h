@@ -45,6 +45,17 @@ void gepard_codec_stream_reset (GepardCodecStream *stream);
  * and leave the stream untouched. */
 gboolean gepard_codec_stream_decode (GepardCodecStream *stream, const gint32 *codes, int n_frames,
                                      float *samples, GError **error);
+/* Decodes n_frames[i] ≥ 0 more frames of codes[i] into samples[i] for each of n distinct streams
+ * of one codec, taking all of them through the decoder layer by layer, so that the layers where a
+ * stream has few columns (a frame-by-frame stream's first ones) read their weights once for the
+ * whole batch. Gives exactly the bits of n separate gepard_codec_stream_decode calls. Every
+ * request is checked first: on a bad one no stream moves and the error message starts with
+ * "Stream i: ". codes[i] and samples[i] may be NULL where n_frames[i] is 0. The streams' working
+ * buffers are used as in gepard_codec_stream_decode; the call also allocates a workspace for the
+ * batched layers (at most about 16 MiB), freed before it returns. */
+gboolean gepard_codec_decode_batch (GepardCodecStream *const *streams, const gint32 *const *codes,
+                                    const int *n_frames, float *const *samples, int n,
+                                    GError **error);
 /* Bytes of causal state the stream carries between calls (186,816 floats for the published
  * codec). */
 gsize gepard_codec_stream_state_bytes (const GepardCodecStream *stream);

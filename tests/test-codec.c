@@ -1,8 +1,10 @@
 /* NanoCodec on the CPU (tiny preset written by gepard-make-test-model): GroupFSQ constants, table,
  * rounding and packing; the decoder's streaming/one-shot bit identity, causality, state size and
- * input validation; the encoder's frame count, end padding and windowing; decoder and encoder
- * against a plain double-precision transcription of nanocodec.md. Parity with the PyTorch
- * reference is in tests/python. */
+ * input validation, and batches of streams against the same streams decoded one by one; the
+ * encoder's frame count, end padding and windowing; decoder and encoder against a plain
+ * double-precision transcription of nanocodec.md. Parity with the PyTorch reference is in
+ * tests/python. */
+#include "gepard-codec-private.h"
 #include "gepard-codec-weights.h"
 #include "gepard-codec.h"
 #include "gepard-error.h"
@@ -17,6 +19,7 @@
 
 static char *work_dir;
 static char *codec_path;
+static char *test_program;
 static GepardCodec *codec;
 
 static int
@@ -725,6 +728,186 @@ test_bad_codes (void)
   }
 }
 
+/* --- batched decoding --- */
+
+#define N_BATCH 6
+
+static void
+assert_same_state (GepardCodecStream *a, GepardCodecStream *b)
+{
+  gsize bytes = gepard_codec_stream_state_bytes (a);
+
+  g_assert_cmpuint (gepard_codec_stream_state_bytes (b), ==, bytes);
+  g_assert_cmpmem (gepard_codec_stream_peek_state (a), bytes, gepard_codec_stream_peek_state (b),
+                   bytes);
+}
+
+/* Streams with different histories and different frame counts per call (none, one, a few, more
+ * than a block) decode in one batch to the bits and the state each gets alone. */
+static void
+test_batch_matches_streams (void)
+{
+  static const int warm_up[N_BATCH] = {0, 1, 5, 2, 30, 9};
+  static const int calls[][N_BATCH] = {
+      {0, 1, 3, 7, 40, 1},  {1, 1, 1, 1, 1, 1}, {40, 7, 0, 1, 3, 2},
+      {3, 0, 40, 7, 1, 16}, {1, 1, 1, 1, 1, 1}, {0, 0, 0, 0, 0, 0},
+  };
+  static const int thread_counts[] = {1, 3};
+  int before = gepard_codec_get_n_threads (codec);
+  gsize spf = samples_per_frame ();
+
+  for (guint k = 0; k < G_N_ELEMENTS (thread_counts); k++)
+    {
+      GepardCodecStream *alone[N_BATCH], *batched[N_BATCH];
+
+      gepard_codec_set_n_threads (codec, thread_counts[k]);
+      for (int s = 0; s < N_BATCH; s++)
+        {
+          g_autofree gint32 *codes = random_codes (100 + s, warm_up[s]);
+          g_autofree float *samples = g_new (float, samples_for (warm_up[s]) + 1);
+
+          alone[s] = gepard_codec_stream_new (codec);
+          batched[s] = gepard_codec_stream_new (codec);
+          g_assert_true (gepard_codec_stream_decode (alone[s], codes, warm_up[s], samples, NULL));
+          g_assert_true (gepard_codec_stream_decode (batched[s], codes, warm_up[s], samples, NULL));
+        }
+
+      for (guint c = 0; c < G_N_ELEMENTS (calls); c++)
+        {
+          gint32 *codes[N_BATCH];
+          float *expected[N_BATCH], *samples[N_BATCH];
+          g_autoptr (GError) error = NULL;
+
+          for (int s = 0; s < N_BATCH; s++)
+            {
+              int n = calls[c][s];
+
+              codes[s] = n > 0 ? random_codes (1000 * (c + 1) + s, n) : NULL;
+              expected[s] = n > 0 ? g_new (float, samples_for (n)) : NULL;
+              samples[s] = n > 0 ? g_new0 (float, samples_for (n)) : NULL;
+              g_assert_true (gepard_codec_stream_decode (alone[s], codes[s], n, expected[s], NULL));
+            }
+          g_assert_true (gepard_codec_decode_batch (batched, (const gint32 *const *)codes, calls[c],
+                                                    samples, N_BATCH, &error));
+          g_assert_no_error (error);
+          for (int s = 0; s < N_BATCH; s++)
+            {
+              g_assert_cmpmem (samples[s], calls[c][s] * spf * sizeof (float), expected[s],
+                               calls[c][s] * spf * sizeof (float));
+              assert_same_state (batched[s], alone[s]);
+              g_free (codes[s]);
+              g_free (expected[s]);
+              g_free (samples[s]);
+            }
+        }
+
+      for (int s = 0; s < N_BATCH; s++)
+        {
+          gepard_codec_stream_free (alone[s]);
+          gepard_codec_stream_free (batched[s]);
+        }
+    }
+  gepard_codec_set_n_threads (codec, before);
+
+  /* an empty batch is a valid request */
+  g_assert_true (gepard_codec_decode_batch (NULL, NULL, NULL, NULL, 0, NULL));
+}
+
+/* The same with the portable kernel (GEPARD_CODEC_GENERIC=1), which a process chooses once: in a
+ * child process running the test above. */
+static void
+test_batch_matches_streams_generic (void)
+{
+  const char *argv[] = {test_program, "--tap", "-p", "/codec/decode/batch-matches-streams", NULL};
+  g_auto (GStrv) envp = g_environ_setenv (g_get_environ (), "GEPARD_CODEC_GENERIC", "1", TRUE);
+  g_autofree char *out = NULL;
+  g_autoptr (GError) error = NULL;
+  int status = 0;
+
+  g_assert_true (g_spawn_sync (NULL, (char **)argv, envp, G_SPAWN_DEFAULT, NULL, NULL, &out, NULL,
+                               &status, &error));
+  g_assert_no_error (error);
+  g_test_message ("%s", out);
+  g_assert_true (g_spawn_check_wait_status (status, &error));
+  g_assert_no_error (error);
+  g_assert_nonnull (strstr (out, "ok 1 /codec/decode/batch-matches-streams"));
+}
+
+/* A bad request in one stream fails the whole batch before anything moves, naming the stream. */
+static void
+test_batch_bad_codes (void)
+{
+  static const int frames[4] = {2, 0, 3, 1};
+  GepardCodecStream *streams[4];
+  gint32 *codes[4];
+  float *samples[4], *states[4];
+  int n_frames[4];
+
+  for (int s = 0; s < 4; s++)
+    {
+      g_autofree gint32 *history = random_codes (200 + s, s + 1);
+      g_autofree float *scratch = g_new (float, samples_for (s + 1));
+
+      streams[s] = gepard_codec_stream_new (codec);
+      g_assert_true (gepard_codec_stream_decode (streams[s], history, s + 1, scratch, NULL));
+      states[s] = g_memdup2 (gepard_codec_stream_peek_state (streams[s]),
+                             gepard_codec_stream_state_bytes (streams[s]));
+      codes[s] = random_codes (300 + s, 3);
+      samples[s] = g_new (float, samples_for (3));
+      for (gsize i = 0; i < samples_for (3); i++)
+        samples[s][i] = 7.0f;
+      n_frames[s] = frames[s];
+    }
+
+  for (int attempt = 0; attempt < 3; attempt++)
+    {
+      g_autoptr (GError) error = NULL;
+      const char *prefix;
+
+      if (attempt == 0)
+        {
+          /* frame 1 of stream 2 */
+          codes[2][latent_dim () + 5] = 9;
+          prefix = "Stream 2: ";
+        }
+      else if (attempt == 1)
+        {
+          codes[2][latent_dim () + 5] = 0;
+          n_frames[3] = -1;
+          prefix = "Stream 3: ";
+        }
+      else
+        {
+          n_frames[3] = frames[3];
+          n_frames[1] = 2;
+          g_clear_pointer (&samples[1], g_free);
+          prefix = "Stream 1: ";
+        }
+      g_assert_false (gepard_codec_decode_batch (streams, (const gint32 *const *)codes, n_frames,
+                                                 samples, 4, &error));
+      g_assert_error (error, GEPARD_FORMAT_ERROR, GEPARD_FORMAT_ERROR_SHAPE);
+      g_test_message ("%s", error->message);
+      g_assert_true (g_str_has_prefix (error->message, prefix));
+      for (int s = 0; s < 4; s++)
+        {
+          g_assert_cmpmem (gepard_codec_stream_peek_state (streams[s]),
+                           gepard_codec_stream_state_bytes (streams[s]), states[s],
+                           gepard_codec_stream_state_bytes (streams[s]));
+          if (samples[s] != NULL)
+            for (gsize i = 0; i < samples_for (3); i++)
+              g_assert_cmpfloat (samples[s][i], ==, 7.0f);
+        }
+    }
+
+  for (int s = 0; s < 4; s++)
+    {
+      gepard_codec_stream_free (streams[s]);
+      g_free (codes[s]);
+      g_free (samples[s]);
+      g_free (states[s]);
+    }
+}
+
 /* nanocodec.md §6.1 table: 186,816 floats for the published codec, from its config alone. */
 static void
 test_state_size (void)
@@ -950,6 +1133,7 @@ main (int argc, char **argv)
   g_autoptr (GError) error = NULL;
   int status = 0, result;
 
+  test_program = g_strdup (argv[0]);
   g_test_init (&argc, &argv, NULL);
   work_dir = g_dir_make_tmp ("gepard-codec-XXXXXX", NULL);
   codec_path = g_build_filename (work_dir, "codec.safetensors", NULL);
@@ -974,6 +1158,10 @@ main (int argc, char **argv)
   g_test_add_func ("/codec/decode/output-range", test_output_range);
   g_test_add_func ("/codec/decode/silence-deterministic", test_silence_deterministic);
   g_test_add_func ("/codec/decode/bad-codes", test_bad_codes);
+  g_test_add_func ("/codec/decode/batch-matches-streams", test_batch_matches_streams);
+  g_test_add_func ("/codec/decode/batch-matches-streams-generic",
+                   test_batch_matches_streams_generic);
+  g_test_add_func ("/codec/decode/batch-bad-codes", test_batch_bad_codes);
   g_test_add_func ("/codec/decode/state-size", test_state_size);
   g_test_add_func ("/codec/decode/threads-same-bits", test_threads_same_bits);
   g_test_add_func ("/codec/encode/matches-reference", test_encode_matches_reference);
@@ -988,6 +1176,7 @@ main (int argc, char **argv)
   gepard_codec_weights_free (weights);
   gepard_codec_free (codec);
   g_free (codec_path);
+  g_free (test_program);
   cleanup = g_strdup_printf ("rm -rf '%s'", work_dir);
   (void)!system (cleanup);
   g_free (work_dir);
