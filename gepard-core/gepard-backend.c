@@ -132,6 +132,28 @@ gepard_backend_cuda_probe (int *n_devices, GError **error)
   return TRUE;
 }
 
+gpointer
+gepard_backend_cuda_symbol (const char *name, GError **error)
+{
+  CudaModule *cuda = cuda_module_get ();
+  gpointer symbol = NULL;
+
+  /* probe is only resolved for a module of this ABI version */
+  if (cuda->probe == NULL)
+    {
+      g_set_error (error, GEPARD_BACKEND_ERROR, GEPARD_BACKEND_ERROR_UNAVAILABLE, "%s",
+                   cuda->load_error);
+      return NULL;
+    }
+  if (!g_module_symbol (cuda->module, name, &symbol) || symbol == NULL)
+    {
+      g_set_error (error, GEPARD_BACKEND_ERROR, GEPARD_BACKEND_ERROR_UNAVAILABLE,
+                   "The CUDA module %s has no entry point %s", g_module_name (cuda->module), name);
+      return NULL;
+    }
+  return symbol;
+}
+
 static void
 set_cpu (GepardDeviceInfo *info)
 {

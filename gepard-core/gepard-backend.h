@@ -33,6 +33,11 @@ gboolean gepard_backend_parse_device (const char *device, GepardBackendKind *kin
  * device) otherwise. */
 gboolean gepard_backend_cuda_probe (int *n_devices, GError **error);
 
+/* The address of entry point `name` of the loaded CUDA module (kernels/gepard-cuda.h), for the
+ * CUDA compute backend. NULL with GEPARD_BACKEND_ERROR_UNAVAILABLE where the module is missing,
+ * from another version, or lacks the symbol. */
+gpointer gepard_backend_cuda_symbol (const char *name, GError **error);
+
 /* Picks the device for `device` ("auto" prefers the first GPU and falls back to the CPU, saying
  * why in `fallback_reason` when given). */
 gboolean gepard_backend_select (const char *device, GepardDeviceInfo *info, char **fallback_reason,

@@ -2,7 +2,10 @@
 #include "gepard-engine.h"
 
 #include "gepard-backend.h"
+#include "gepard-compute.h"
 #include "gepard-error.h"
+#include "gepard-fsq.h"
+#include "gepard-hub.h"
 #include "gepard-voice.h"
 
 #include <string.h>
@@ -24,8 +27,7 @@ struct _GepardUtterance
   GDestroyNotify destroy;
 
   /* scheduler thread only */
-  GepardKvCache *cache;
-  GepardSampler *sampler;
+  GepardSequence *sequence; /* from its prefill to its end */
   gint32 last_codes[GEPARD_MAX_AUDIO_HEADS];
   int n_frames;
   gboolean ended;
@@ -40,9 +42,12 @@ struct _GepardEngine
   GepardModel *model;
   GepardCodec *codec;
   GepardDeviceInfo device;
+  GepardCompute *compute;
 
   GMutex lock;
   GCond wake;
+  GCond decoded;      /* a decode job finished */
+  GQueue decode_jobs; /* DecodeJob*, owned by the waiting callers */
   GQueue waiting;     /* GepardUtterance*, owned references */
   GPtrArray *running; /* GepardUtterance*, owned references; scheduler thread only */
   gboolean stopping;
@@ -70,8 +75,9 @@ gepard_utterance_unref (GepardUtterance *utterance)
     return;
   g_array_unref (utterance->layout);
   g_free (utterance->prefix);
-  g_clear_pointer (&utterance->cache, gepard_kv_cache_free);
-  g_clear_pointer (&utterance->sampler, gepard_sampler_free);
+  if (utterance->sequence != NULL)
+    utterance->engine->compute->funcs->sequence_free (utterance->engine->compute,
+                                                      utterance->sequence);
   if (utterance->destroy != NULL)
     utterance->destroy (utterance->user_data);
   gepard_engine_unref (utterance->engine);
@@ -95,18 +101,16 @@ utterance_end (GepardUtterance *utterance, GepardUtteranceEnd end)
     return;
   utterance->ended = TRUE;
   /* the cache is the expensive part: give it back now, not when the last reference goes */
-  g_clear_pointer (&utterance->cache, gepard_kv_cache_free);
+  if (utterance->sequence != NULL)
+    {
+      GepardCompute *compute = utterance->engine->compute;
+      compute->funcs->sequence_free (compute, g_steal_pointer (&utterance->sequence));
+    }
   if (utterance->callbacks.done != NULL)
     utterance->callbacks.done (utterance, end, utterance->n_frames, utterance->user_data);
 }
 
 /* ---- the scheduler ---- */
-
-typedef struct
-{
-  GepardUtterance *utterance;
-  int n_tokens; /* rows in this step */
-} Step;
 
 /* One iteration: a forward over the admitted prefills and the running decodes, then a frame (or
  * the end) for each. */
@@ -114,68 +118,64 @@ static void
 run_step (GepardEngine *engine, GPtrArray *admitted)
 {
   const GepardModelConfig *c = gepard_model_get_config (engine->model);
-  int h = c->hidden_size, n_logits = gepard_model_get_n_head_logits (engine->model);
+  GepardCompute *compute = engine->compute;
   GPtrArray *running = engine->running;
-  int n_steps = admitted->len + running->len;
-  g_autofree Step *steps = g_new0 (Step, n_steps);
-  g_autofree GepardBatchSegment *segments = g_new0 (GepardBatchSegment, n_steps);
-  int rows = 0, k = 0;
+  g_autoptr (GPtrArray) batch = g_ptr_array_new ();
 
-  for (guint i = 0; i < admitted->len; i++, k++)
+  for (guint i = 0; i < admitted->len; i++)
     {
       GepardUtterance *u = g_ptr_array_index (admitted, i);
-      steps[k] = (Step){u, u->n_prefix + (int)u->layout->len};
-      rows += steps[k].n_tokens;
+      g_autoptr (GError) error = NULL;
+      u->sequence = compute->funcs->sequence_new (compute, &u->sampling, &error);
+      if (u->sequence == NULL)
+        {
+          /* no room on the device: this one ends, the others go on */
+          g_warning ("Gepard cannot start an utterance: %s", error->message);
+          utterance_end (u, GEPARD_UTTERANCE_CANCELLED);
+          continue;
+        }
+      g_ptr_array_add (batch, u);
     }
-  for (guint i = 0; i < running->len; i++, k++)
-    {
-      steps[k] = (Step){g_ptr_array_index (running, i), 1};
-      rows += 1;
-    }
+  int n_prefills = batch->len;
+  for (guint i = 0; i < running->len; i++)
+    g_ptr_array_add (batch, g_ptr_array_index (running, i));
+  int n = batch->len;
+  if (n == 0)
+    return;
 
-  g_autofree float *embeds = g_new (float, (gsize)rows *h);
-  g_autofree float *hidden = g_new (float, (gsize)rows *h);
-  g_autofree float *last = g_new (float, (gsize)n_steps *h);
-  g_autofree float *logits = g_new (float, (gsize)n_steps *n_logits);
-  g_autofree float *stops = g_new (float, n_steps);
-  int row = 0;
-  for (k = 0; k < n_steps; k++)
+  g_autofree GepardStepInput *inputs = g_new0 (GepardStepInput, n);
+  g_autofree gint32 *codes = g_new (gint32, (gsize)n * c->n_audio_heads);
+  g_autofree float *stops = g_new (float, n);
+  for (int k = 0; k < n; k++)
     {
-      GepardUtterance *u = steps[k].utterance;
-      float *e = embeds + (gsize)row * h;
-      if (u->cache == NULL)
+      GepardUtterance *u = g_ptr_array_index (batch, k);
+      inputs[k].sequence = u->sequence;
+      if (k < n_prefills)
         {
           /* prefill: [prefix | layout ids] (§3.3); ids were checked at submit */
-          u->cache = gepard_kv_cache_new (engine->model);
-          if (u->n_prefix > 0)
-            memcpy (e, u->prefix, sizeof (float) * u->n_prefix * h);
-          gboolean ok
-              = gepard_model_embed_tokens (engine->model, (const gint32 *)u->layout->data,
-                                           u->layout->len, e + (gsize)u->n_prefix * h, NULL);
-          g_assert (ok);
+          inputs[k].prefix = u->prefix;
+          inputs[k].n_prefix = u->n_prefix;
+          inputs[k].ids = (const gint32 *)u->layout->data;
+          inputs[k].n_ids = u->layout->len;
         }
       else
-        {
-          gboolean ok = gepard_model_embed_frame (engine->model, u->last_codes, e, NULL);
-          g_assert (ok);
-        }
-      segments[k] = (GepardBatchSegment){u->cache, steps[k].n_tokens};
-      row += steps[k].n_tokens;
+        inputs[k].codes = u->last_codes;
     }
 
-  gepard_model_forward_batch (engine->model, segments, n_steps, embeds, hidden);
-  row = 0;
-  for (k = 0; k < n_steps; k++)
+  g_autoptr (GError) error = NULL;
+  if (!compute->funcs->step (compute, inputs, n, codes, stops, &error))
     {
-      row += steps[k].n_tokens;
-      memcpy (last + (gsize)k * h, hidden + (gsize)(row - 1) * h, sizeof (float) * h);
+      /* a backend failure ends what was in the step rather than the process */
+      g_warning ("Gepard engine step failed: %s", error->message);
+      for (int k = 0; k < n; k++)
+        utterance_end (g_ptr_array_index (batch, k), GEPARD_UTTERANCE_CANCELLED);
+      return;
     }
-  gepard_model_heads_batch (engine->model, last, n_steps, logits, stops);
 
   guint64 frames = 0;
-  for (k = 0; k < n_steps; k++)
+  for (int k = 0; k < n; k++)
     {
-      GepardUtterance *u = steps[k].utterance;
+      GepardUtterance *u = g_ptr_array_index (batch, k);
       if (g_atomic_int_get (&u->cancelled))
         {
           utterance_end (u, GEPARD_UTTERANCE_CANCELLED);
@@ -187,7 +187,8 @@ run_step (GepardEngine *engine, GPtrArray *admitted)
           utterance_end (u, GEPARD_UTTERANCE_STOPPED);
           continue;
         }
-      gepard_sampler_next (u->sampler, logits + (gsize)k * n_logits, u->last_codes);
+      memcpy (u->last_codes, codes + (gsize)k * c->n_audio_heads,
+              sizeof (gint32) * c->n_audio_heads);
       if (u->callbacks.frame != NULL)
         u->callbacks.frame (u, u->last_codes, u->n_frames, u->user_data);
       u->n_frames++;
@@ -199,8 +200,170 @@ run_step (GepardEngine *engine, GPtrArray *admitted)
   g_mutex_lock (&engine->lock);
   engine->stats.steps++;
   engine->stats.frames += frames;
-  engine->stats.running = n_steps;
+  engine->stats.running = n;
   g_mutex_unlock (&engine->lock);
+}
+
+/* ---- the codec service ---- */
+
+struct _GepardAudioDecoder
+{
+  GepardEngine *engine;
+  GepardAudioStream *stream; /* created by the scheduler on the first decode */
+  gboolean reset;            /* the stream starts over at the next decode; under engine->lock */
+};
+
+/* One blocked gepard_audio_decoder_decode call, on its caller's stack. */
+typedef struct
+{
+  GepardAudioDecoder *decoder;
+  const gint32 *codes;
+  int n_frames;
+  float *samples;
+  gboolean done;
+  GError *error;
+} DecodeJob;
+
+/* Scheduler thread: every queued job in one batched decode, then wakes their callers. */
+static void
+run_decode_jobs (GepardEngine *engine)
+{
+  GepardCompute *compute = engine->compute;
+  g_autoptr (GPtrArray) jobs = g_ptr_array_new ();
+  GError *error = NULL;
+  DecodeJob *job;
+
+  g_mutex_lock (&engine->lock);
+  while ((job = g_queue_pop_head (&engine->decode_jobs)) != NULL)
+    {
+      if (job->decoder->reset && job->decoder->stream != NULL)
+        compute->funcs->audio_stream_reset (compute, job->decoder->stream);
+      job->decoder->reset = FALSE;
+      g_ptr_array_add (jobs, job);
+    }
+  g_mutex_unlock (&engine->lock);
+  if (jobs->len == 0)
+    return;
+
+  int n = jobs->len;
+  g_autofree GepardAudioStream **streams = g_new (GepardAudioStream *, n);
+  g_autofree const gint32 **codes = g_new (const gint32 *, n);
+  g_autofree int *n_frames = g_new (int, n);
+  g_autofree float **samples = g_new (float *, n);
+  guint64 frames = 0;
+  for (int i = 0; i < n && error == NULL; i++)
+    {
+      job = g_ptr_array_index (jobs, i);
+      if (job->decoder->stream == NULL)
+        job->decoder->stream = compute->funcs->audio_stream_new (compute, &error);
+      streams[i] = job->decoder->stream;
+      codes[i] = job->codes;
+      n_frames[i] = job->n_frames;
+      samples[i] = job->samples;
+      frames += job->n_frames;
+    }
+  if (error == NULL)
+    compute->funcs->decode_audio (compute, streams, codes, n_frames, samples, n, &error);
+
+  g_mutex_lock (&engine->lock);
+  for (int i = 0; i < n; i++)
+    {
+      job = g_ptr_array_index (jobs, i);
+      job->done = TRUE;
+      if (error != NULL)
+        job->error = g_error_copy (error);
+    }
+  engine->stats.decode_batches++;
+  engine->stats.decoded_frames += frames;
+  engine->stats.largest_decode_batch = MAX (engine->stats.largest_decode_batch, (guint)n);
+  g_cond_broadcast (&engine->decoded);
+  g_mutex_unlock (&engine->lock);
+  g_clear_error (&error);
+}
+
+GepardAudioDecoder *
+gepard_engine_new_audio_decoder (GepardEngine *engine, GError **error)
+{
+  GepardAudioDecoder *decoder;
+
+  g_return_val_if_fail (engine != NULL, NULL);
+
+  if (engine->codec == NULL)
+    {
+      g_set_error (error, GEPARD_FORMAT_ERROR, GEPARD_FORMAT_ERROR_MISSING,
+                   "The model in %s has no codec (codec.nemo or codec.safetensors beside it)",
+                   gepard_checkpoint_get_dir (engine->checkpoint));
+      return NULL;
+    }
+  decoder = g_new0 (GepardAudioDecoder, 1);
+  decoder->engine = gepard_engine_ref (engine);
+  return decoder;
+}
+
+void
+gepard_audio_decoder_free (GepardAudioDecoder *decoder)
+{
+  if (decoder == NULL)
+    return;
+  /* no call is in flight (calls on one decoder do not overlap), so the stream is out of use */
+  if (decoder->stream != NULL)
+    decoder->engine->compute->funcs->audio_stream_free (decoder->engine->compute, decoder->stream);
+  gepard_engine_unref (decoder->engine);
+  g_free (decoder);
+}
+
+void
+gepard_audio_decoder_reset (GepardAudioDecoder *decoder)
+{
+  g_return_if_fail (decoder != NULL);
+
+  g_mutex_lock (&decoder->engine->lock);
+  decoder->reset = TRUE;
+  g_mutex_unlock (&decoder->engine->lock);
+}
+
+GepardCodec *
+gepard_audio_decoder_get_codec (GepardAudioDecoder *decoder)
+{
+  return decoder->engine->codec;
+}
+
+gboolean
+gepard_audio_decoder_decode (GepardAudioDecoder *decoder, const gint32 *codes, int n_frames,
+                             float *samples, GError **error)
+{
+  GepardEngine *engine;
+  DecodeJob job = {decoder, codes, n_frames, samples, FALSE, NULL};
+
+  g_return_val_if_fail (decoder != NULL, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  engine = decoder->engine;
+  if (n_frames < 0 || (n_frames > 0 && (codes == NULL || samples == NULL)))
+    {
+      g_set_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_INVALID_INPUT,
+                   "Cannot decode %d frames without codes or room for samples", n_frames);
+      return FALSE;
+    }
+  if (n_frames == 0)
+    return TRUE;
+  /* checked here, so that one stream's bad frame fails its own call and never a batch */
+  if (!gepard_fsq_check_codes (gepard_codec_get_config (engine->codec), codes, n_frames, error))
+    return FALSE;
+
+  g_mutex_lock (&engine->lock);
+  g_queue_push_tail (&engine->decode_jobs, &job);
+  g_cond_signal (&engine->wake);
+  while (!job.done)
+    g_cond_wait (&engine->decoded, &engine->lock);
+  g_mutex_unlock (&engine->lock);
+
+  if (job.error != NULL)
+    {
+      g_propagate_error (error, job.error);
+      return FALSE;
+    }
+  return TRUE;
 }
 
 /* Drops ended utterances from `list`, counting them. */
@@ -232,7 +395,8 @@ scheduler_main (gpointer data)
   for (;;)
     {
       g_mutex_lock (&engine->lock);
-      while (!engine->stopping && g_queue_is_empty (&engine->waiting) && engine->running->len == 0)
+      while (!engine->stopping && g_queue_is_empty (&engine->waiting) && engine->running->len == 0
+             && g_queue_is_empty (&engine->decode_jobs))
         g_cond_wait (&engine->wake, &engine->lock);
       gboolean stopping = engine->stopping;
 
@@ -276,6 +440,9 @@ scheduler_main (gpointer data)
         g_ptr_array_add (engine->running, g_ptr_array_steal_index (admitted, 0));
       ended += remove_ended (engine->running);
 
+      /* the codec service: every stream's frames queued by now, in one batched decode */
+      run_decode_jobs (engine);
+
       g_mutex_lock (&engine->lock);
       engine->stats.utterances += ended;
       g_mutex_unlock (&engine->lock);
@@ -291,6 +458,9 @@ scheduler_main (gpointer data)
     utterance_end (g_ptr_array_index (admitted, i), GEPARD_UTTERANCE_CANCELLED);
   for (guint i = 0; i < engine->running->len; i++)
     utterance_end (g_ptr_array_index (engine->running, i), GEPARD_UTTERANCE_CANCELLED);
+  /* no decoder can be waiting: each holds a reference, so the engine is not stopping while one
+   * is in use */
+  g_assert (g_queue_is_empty (&engine->decode_jobs));
   if (engine->free_on_exit)
     engine_release (engine);
   return NULL;
@@ -306,6 +476,38 @@ gepard_engine_options_init (GepardEngineOptions *options)
   options->max_waiting = 4096;
 }
 
+/* The backend for `info`'s device. A GPU that cannot take the model falls back to the CPU when
+ * the device was "auto" (saying why in `fallback`), and fails when it was asked for by name. */
+static GepardCompute *
+compute_new (const char *device, GepardDeviceInfo *info, const GepardCheckpoint *checkpoint,
+             const GepardModel *lm, GepardCodec *codec, char **fallback, GError **error)
+{
+  GepardBackendKind kind;
+  int index;
+  gboolean is_auto = FALSE;
+  g_autoptr (GError) local_error = NULL;
+  GepardCompute *compute;
+
+  if (info->kind == GEPARD_BACKEND_CPU)
+    return gepard_compute_cpu_new (lm, codec);
+
+  compute = gepard_compute_cuda_new (checkpoint, lm, codec, info->device_index, &local_error);
+  if (compute != NULL)
+    return compute;
+  gepard_backend_parse_device (device, &kind, &index, &is_auto, NULL);
+  if (!is_auto)
+    {
+      g_propagate_error (error, g_steal_pointer (&local_error));
+      return NULL;
+    }
+  g_free (*fallback);
+  *fallback = g_strdup (local_error->message);
+  gepard_device_info_clear (info);
+  if (!gepard_backend_select ("cpu", info, NULL, error))
+    return NULL;
+  return gepard_compute_cpu_new (lm, codec);
+}
+
 GepardEngine *
 gepard_engine_new (const char *model, const char *device, const GepardEngineOptions *options,
                    GError **error)
@@ -314,26 +516,6 @@ gepard_engine_new (const char *model, const char *device, const GepardEngineOpti
   GepardDeviceInfo info = {0};
   if (!gepard_backend_select (device, &info, &fallback, error))
     return NULL;
-  if (info.kind != GEPARD_BACKEND_CPU)
-    {
-      /* the CUDA backend does not run the model yet: "auto" falls back to the CPU and says why,
-       * an explicit GPU is refused rather than silently run elsewhere */
-      GepardBackendKind kind;
-      int index;
-      gboolean is_auto = FALSE;
-      gepard_device_info_clear (&info);
-      gepard_backend_parse_device (device, &kind, &index, &is_auto, NULL);
-      if (!is_auto)
-        {
-          g_set_error (error, GEPARD_BACKEND_ERROR, GEPARD_BACKEND_ERROR_UNAVAILABLE,
-                       "The GPU backend cannot run the model yet; use device=cpu or auto");
-          return NULL;
-        }
-      g_clear_pointer (&fallback, g_free);
-      fallback = g_strdup ("the GPU backend cannot run the model yet");
-      if (!gepard_backend_select ("cpu", &info, NULL, error))
-        return NULL;
-    }
 
   g_autoptr (GepardCheckpoint) checkpoint = gepard_checkpoint_open (model, error);
   if (checkpoint == NULL)
@@ -355,6 +537,14 @@ gepard_engine_new (const char *model, const char *device, const GepardEngineOpti
       gepard_device_info_clear (&info);
       return NULL;
     }
+  GepardCompute *compute = compute_new (device, &info, checkpoint, lm, codec, &fallback, error);
+  if (compute == NULL)
+    {
+      gepard_codec_free (codec);
+      gepard_model_free (lm);
+      gepard_device_info_clear (&info);
+      return NULL;
+    }
 
   GepardEngine *engine = g_new0 (GepardEngine, 1);
   g_atomic_ref_count_init (&engine->ref_count);
@@ -366,11 +556,14 @@ gepard_engine_new (const char *model, const char *device, const GepardEngineOpti
   engine->checkpoint = g_steal_pointer (&checkpoint);
   engine->model = lm;
   engine->codec = codec;
+  engine->compute = compute;
   engine->device = info;
   if (fallback != NULL)
     g_info ("Gepard runs %s on the CPU: %s", model, fallback);
   g_mutex_init (&engine->lock);
   g_cond_init (&engine->wake);
+  g_cond_init (&engine->decoded);
+  g_queue_init (&engine->decode_jobs);
   g_queue_init (&engine->waiting);
   engine->running = g_ptr_array_new_with_free_func ((GDestroyNotify)gepard_utterance_unref);
   g_mutex_init (&engine->voices_lock);
@@ -389,7 +582,13 @@ static GHashTable *registry; /* "model\ndevice" → GepardEngine* (not owned) */
 GepardEngine *
 gepard_engine_get_shared (const char *model, const char *device, GError **error)
 {
-  g_autofree char *key = g_strdup_printf ("%s\n%s", model, device ? device : "auto");
+  /* keyed by where the weights are, so a relative path, an absolute one and a repo id of the
+   * same checkpoint share one engine */
+  g_autofree char *dir = gepard_hub_resolve (model, error);
+  if (dir == NULL)
+    return NULL;
+  g_autofree char *canonical = g_canonicalize_filename (dir, NULL);
+  g_autofree char *key = g_strdup_printf ("%s\n%s", canonical, device ? device : "auto");
   g_mutex_lock (&registry_lock);
   if (registry == NULL)
     registry = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
@@ -414,6 +613,8 @@ gepard_engine_count_shared (void)
   return n;
 }
 
+G_DEFINE_BOXED_TYPE (GepardEngine, gepard_engine, gepard_engine_ref, gepard_engine_unref)
+
 GepardEngine *
 gepard_engine_ref (GepardEngine *engine)
 {
@@ -429,6 +630,8 @@ engine_release (GepardEngine *engine)
   g_mutex_clear (&engine->voices_lock);
   g_mutex_clear (&engine->lock);
   g_cond_clear (&engine->wake);
+  g_cond_clear (&engine->decoded);
+  gepard_compute_free (engine->compute);
   gepard_codec_free (engine->codec);
   gepard_model_free (engine->model);
   gepard_checkpoint_free (engine->checkpoint);
@@ -501,6 +704,18 @@ GepardCodec *
 gepard_engine_get_codec (const GepardEngine *engine)
 {
   return engine->codec;
+}
+
+const char *
+gepard_engine_get_model_dir (const GepardEngine *engine)
+{
+  return gepard_checkpoint_get_dir (engine->checkpoint);
+}
+
+const GepardDeviceInfo *
+gepard_engine_get_device (const GepardEngine *engine)
+{
+  return &engine->device;
 }
 
 const char *
@@ -579,7 +794,6 @@ gepard_engine_submit (GepardEngine *engine, const gint32 *text_ids, int n_ids, c
     u->callbacks = *callbacks;
   u->user_data = user_data;
   u->destroy = destroy;
-  u->sampler = gepard_sampler_new (engine->model, sampling);
 
   g_mutex_lock (&engine->lock);
   if (engine->stopping

@@ -7,10 +7,13 @@
  * finished utterance leaves at the next iteration and frees its cache. */
 #pragma once
 
+#include "gepard-backend.h"
 #include "gepard-checkpoint.h"
 #include "gepard-codec.h"
 #include "gepard-generate.h"
 #include "gepard-model.h"
+
+#include <glib-object.h>
 
 G_BEGIN_DECLS
 
@@ -37,6 +40,11 @@ void gepard_engine_options_init (GepardEngineOptions *options);
 
 typedef struct _GepardEngine GepardEngine;
 
+/* A boxed type (ref/unref), so that an engine can travel in a GValue, e.g. inside a GstContext
+ * (gstgepardcontext.h). */
+#define GEPARD_TYPE_ENGINE (gepard_engine_get_type ())
+GType gepard_engine_get_type (void);
+
 /* Loads `model` (a directory or a cached repo id, gepard-hub.h) with its codec when one is there,
  * on `device` ("auto", "cpu", "cuda", "cuda:N"), and starts the scheduler. */
 GepardEngine *gepard_engine_new (const char *model, const char *device,
@@ -55,6 +63,10 @@ GepardTokenizer *gepard_engine_get_tokenizer (const GepardEngine *engine);
 const GepardModel *gepard_engine_get_model (const GepardEngine *engine);
 /* NULL when the model carries no codec and none is cached */
 GepardCodec *gepard_engine_get_codec (const GepardEngine *engine);
+/* the checkpoint directory the engine loaded (a repo id resolved to its snapshot) */
+const char *gepard_engine_get_model_dir (const GepardEngine *engine);
+/* the device it runs on (kind, index and description) */
+const GepardDeviceInfo *gepard_engine_get_device (const GepardEngine *engine);
 /* "CPU (2 threads)" and the like */
 const char *gepard_engine_get_device_description (const GepardEngine *engine);
 /* TRUE for untrained models written by gepard-make-test-model */
@@ -67,6 +79,11 @@ typedef struct
   guint64 steps;      /* forwards run */
   guint64 frames;     /* frames produced */
   guint64 utterances; /* utterances ended, any way */
+
+  /* the codec service */
+  guint64 decode_batches;     /* batched decodes run */
+  guint64 decoded_frames;     /* frames decoded, all streams */
+  guint largest_decode_batch; /* most streams in one batched decode so far */
 } GepardEngineStats;
 
 void gepard_engine_get_stats (GepardEngine *engine, GepardEngineStats *stats);
@@ -104,7 +121,30 @@ void gepard_utterance_cancel (GepardUtterance *utterance);
 GepardUtterance *gepard_utterance_ref (GepardUtterance *utterance);
 void gepard_utterance_unref (GepardUtterance *utterance);
 
+/* ---- the codec service ----
+ *
+ * Streams decode their frames through the engine rather than each on its own thread: a call
+ * queues the frames and waits; each scheduler iteration decodes every stream's queued frames in
+ * one batched pass (gepard-compute.h), so the codec's weights are read once per iteration for all
+ * streams. The audio is bit for bit what a stream decoding alone gives (nanocodec.md §6.1). */
+typedef struct _GepardAudioDecoder GepardAudioDecoder;
+
+/* One stream's decoder (its causal state lives with the backend); holds an engine reference.
+ * Fails with GEPARD_FORMAT_ERROR_MISSING when the model carries no codec. */
+GepardAudioDecoder *gepard_engine_new_audio_decoder (GepardEngine *engine, GError **error);
+void gepard_audio_decoder_free (GepardAudioDecoder *decoder);
+/* The next frame starts a new utterance: the causal state goes back to zero. */
+void gepard_audio_decoder_reset (GepardAudioDecoder *decoder);
+/* the codec (its configuration: samples per frame, levels) */
+GepardCodec *gepard_audio_decoder_get_codec (GepardAudioDecoder *decoder);
+/* Decodes n_frames frames of 32 channel codes into n_frames × samples_per_frame samples, blocking
+ * until the engine's next iteration has done it. A code outside its level fails at once and
+ * leaves the stream as it was. Calls on one decoder must not overlap. */
+gboolean gepard_audio_decoder_decode (GepardAudioDecoder *decoder, const gint32 *codes,
+                                      int n_frames, float *samples, GError **error);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (GepardEngine, gepard_engine_unref)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (GepardAudioDecoder, gepard_audio_decoder_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (GepardUtterance, gepard_utterance_unref)
 
 G_END_DECLS

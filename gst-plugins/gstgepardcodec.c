@@ -17,18 +17,21 @@
  * keeps its per-layer state between frames, so the streamed audio is bit for bit what a one-shot
  * decode of the whole utterance gives (nanocodec.md §6.1).
  *
- * The codec is the one that comes with the model (`model=`, shared with gepardlm through the
- * process-wide engine) or a NanoCodec file of its own (`codec=`).
+ * The codec is the one that comes with the model: `model=`, or with no model set the engine of the
+ * gepardlm upstream (or of a "gepard.engine" GstContext the application set). Those frames decode
+ * through the engine's codec service, which batches every stream's new frames into one pass per
+ * engine iteration. A NanoCodec file of its own (`codec=`) decodes here instead.
  *
  * ## Example launch line
  * |[
  * gst-launch-1.0 gepardtextsrc text="Hello there." ! gepardlm model=/path/to/model ! \
- *     gepardcodec model=/path/to/model ! audioconvert ! audioresample ! autoaudiosink
+ *     gepardcodec ! audioconvert ! audioresample ! autoaudiosink
  * ]|
  */
 #include "gstgepardcodec.h"
 
 #include "gstgepardelements.h"
+#include "gstgepardengine.h"
 
 #include "gepard-engine.h"
 
@@ -60,11 +63,16 @@ struct _GstGepardCodec
   char *device;
   char *codec_path;
 
-  /* from start () to stop () */
-  GepardEngine *engine;   /* when the codec is the model's */
-  GepardCodec *own_codec; /* when it comes from the codec property */
-  GepardCodec *codec;     /* the one in use, owned by one of the two above */
-  GepardCodecStream *stream;
+  GepardEngine *context_engine; /* from a "gepard.engine" context; GST_OBJECT_LOCK */
+
+  /* from start () (or the first frame, when the engine comes from upstream) to stop () */
+  gboolean opened;
+  GepardEngine *engine;        /* when the codec is the model's */
+  GepardAudioDecoder *decoder; /* then: decoding through the engine's codec service */
+  GepardCodec *own_codec;      /* when it comes from the codec property */
+  GepardCodecStream *stream;   /* then: decoding here, on the streaming thread */
+  GepardCodec *codec;          /* the one in use, owned by one of the two above */
+  char *source;                /* the model or codec file, for messages */
   int samples_per_frame;
   int levels[GEPARD_CODES_CHANNELS];
 
@@ -106,6 +114,8 @@ gst_gepard_codec_reset (GstGepardCodec *self)
 {
   if (self->stream != NULL && self->stream_dirty)
     gepard_codec_stream_reset (self->stream);
+  if (self->decoder != NULL && self->stream_dirty)
+    gepard_audio_decoder_reset (self->decoder);
   self->stream_dirty = FALSE;
   self->anchored = FALSE;
   self->discont = TRUE;
@@ -126,6 +136,8 @@ gst_gepard_codec_anchor (GstGepardCodec *self, GstBuffer *buffer)
 }
 
 /* ---- streaming ---- */
+
+static gboolean gst_gepard_codec_open_from_context (GstGepardCodec *self);
 
 /* Codes the decoder cannot take, reported by frame and channel so a broken producer can be
  * found. */
@@ -170,6 +182,12 @@ gst_gepard_codec_chain (GstPad *pad, GstObject *parent, GstBuffer *buffer)
     }
   int n_frames = (int)(size / frame_bytes);
 
+  if (!self->opened && !gst_gepard_codec_open_from_context (self))
+    {
+      gst_buffer_unref (buffer);
+      return GST_FLOW_ERROR;
+    }
+
   /* a private aligned copy: the buffer's memory may start anywhere */
   g_autofree gint32 *codes = g_new (gint32, (gsize)n_frames * GEPARD_CODES_CHANNELS);
   gst_buffer_extract (buffer, 0, codes, size);
@@ -179,6 +197,8 @@ gst_gepard_codec_chain (GstPad *pad, GstObject *parent, GstBuffer *buffer)
       return GST_FLOW_ERROR;
     }
 
+  /* gepardlm marks the first frame of every utterance: each one is decoded from a zero state,
+   * like the reference decodes each utterance on its own, and its audio starts with DISCONT */
   if (GST_BUFFER_IS_DISCONT (buffer) && self->stream_dirty)
     {
       GST_DEBUG_OBJECT (self, "discontinuity: decoder state reset");
@@ -193,8 +213,10 @@ gst_gepard_codec_chain (GstPad *pad, GstObject *parent, GstBuffer *buffer)
   GstMapInfo map;
   gst_buffer_map (out, &map, GST_MAP_WRITE);
   g_autoptr (GError) error = NULL;
-  gboolean ok
-      = gepard_codec_stream_decode (self->stream, codes, n_frames, (float *)map.data, &error);
+  gboolean ok = self->decoder != NULL ? gepard_audio_decoder_decode (self->decoder, codes, n_frames,
+                                                                     (float *)map.data, &error)
+                                      : gepard_codec_stream_decode (self->stream, codes, n_frames,
+                                                                    (float *)map.data, &error);
   gst_buffer_unmap (out, &map);
   if (!ok)
     {
@@ -265,74 +287,96 @@ gst_gepard_codec_sink_event (GstPad *pad, GstObject *parent, GstEvent *event)
 
 /* ---- state ---- */
 
-/* The model's codec (through the shared engine, which gepardlm uses too when it names the same
- * model and device) or a codec file; the model wins when both are set. */
+/* Checks `codec` fits the codes caps and makes ready to decode with it. */
 static gboolean
-gst_gepard_codec_open (GstGepardCodec *self, const char *model, const char *device,
-                       const char *codec_path)
+gst_gepard_codec_prepare (GstGepardCodec *self, GepardCodec *codec)
 {
-  g_autoptr (GError) error = NULL;
+  const GepardCodecConfig *config = gepard_codec_get_config (codec);
 
-  if (model != NULL && *model != '\0')
-    {
-      self->engine = gepard_engine_get_shared (model, device, &error);
-      if (self->engine == NULL)
-        {
-          GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
-                             ("Could not load the GEPARD model “%s” on device “%s” for its codec: "
-                              "%s",
-                              model, device, error->message),
-                             (NULL));
-          return FALSE;
-        }
-      self->codec = gepard_engine_get_codec (self->engine);
-      if (self->codec == NULL)
-        {
-          GST_ELEMENT_ERROR (
-              self, RESOURCE, NOT_FOUND,
-              ("The model “%s” has no codec: there is no codec.nemo or codec.safetensors in its "
-               "directory and no nvidia/nemo-nano-codec-22khz-1.89kbps-21.5fps in the Hugging Face "
-               "cache. Put the codec beside the model or set the codec property to a NanoCodec "
-               ".nemo or .safetensors file.",
-               model),
-              (NULL));
-          return FALSE;
-        }
-      if (codec_path != NULL && *codec_path != '\0')
-        GST_INFO_OBJECT (self, "model set: codec property %s not used", codec_path);
-    }
-  else if (codec_path != NULL && *codec_path != '\0')
-    {
-      self->own_codec = gepard_codec_new (codec_path, &error);
-      if (self->own_codec == NULL)
-        {
-          GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
-                             ("Could not load the codec “%s”: %s", codec_path, error->message),
-                             (NULL));
-          return FALSE;
-        }
-      self->codec = self->own_codec;
-    }
-  else
+  if (config->latent_dim != GEPARD_CODES_CHANNELS || config->sample_rate != SAMPLE_RATE
+      || config->fsq_n_dims <= 0)
     {
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                         ("No codec: set the model property to a GEPARD model directory or repo "
-                          "id, or the codec property to a NanoCodec .nemo or .safetensors file."),
+                         ("The codec of “%s” takes %d channels per frame at %d Hz; gepardcodec "
+                          "needs %d channels at %d Hz.",
+                          self->source, config->latent_dim, config->sample_rate,
+                          GEPARD_CODES_CHANNELS, SAMPLE_RATE),
                          (NULL));
       return FALSE;
     }
+  self->codec = codec;
+  /* channel i is FSQ dimension i % n_dims of codebook i / n_dims (nanocodec.md §4) */
+  for (int c = 0; c < GEPARD_CODES_CHANNELS; c++)
+    self->levels[c] = config->fsq_levels[c % config->fsq_n_dims];
+  self->samples_per_frame = config->samples_per_frame;
+  self->opened = TRUE;
+  GST_INFO_OBJECT (self, "codec from %s, %d samples per frame, decoding %s", self->source,
+                   self->samples_per_frame,
+                   self->decoder != NULL ? "through the engine's codec service" : "here");
   return TRUE;
+}
+
+/* The codec of `engine`, decoded through its codec service. */
+static gboolean
+gst_gepard_codec_use_engine (GstGepardCodec *self, GepardEngine *engine)
+{
+  g_autoptr (GError) error = NULL;
+
+  self->engine = engine;
+  g_free (self->source);
+  self->source = g_strdup (gepard_engine_get_model_dir (engine));
+  self->decoder = gepard_engine_new_audio_decoder (engine, &error);
+  if (self->decoder == NULL)
+    {
+      GST_ELEMENT_ERROR (
+          self, RESOURCE, NOT_FOUND,
+          ("The model “%s” has no codec: there is no codec.nemo or codec.safetensors in its "
+           "directory and no nvidia/nemo-nano-codec-22khz-1.89kbps-21.5fps in the Hugging Face "
+           "cache. Put the codec beside the model or set the codec property to a NanoCodec "
+           ".nemo or .safetensors file.",
+           self->source),
+          ("%s", error->message));
+      return FALSE;
+    }
+  return gst_gepard_codec_prepare (self, gepard_audio_decoder_get_codec (self->decoder));
+}
+
+/* The first frame came with no model and no codec file set: by now the gepardlm upstream runs
+ * and answers for its engine (it starts after us), or the bin has cached its announcement. */
+static gboolean
+gst_gepard_codec_open_from_context (GstGepardCodec *self)
+{
+  g_autoptr (GError) error = NULL;
+  GepardEngine *engine
+      = gst_gepard_engine_acquire (GST_ELEMENT (self), NULL, NULL, &self->context_engine, &error);
+
+  if (engine == NULL)
+    {
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                         ("No codec: set the model property to a GEPARD model directory or repo "
+                          "id, or the codec property to a NanoCodec .nemo or .safetensors file, "
+                          "or place gepardcodec after a gepardlm that has a model."),
+                         (NULL));
+      return FALSE;
+    }
+  return gst_gepard_codec_use_engine (self, engine);
 }
 
 static void
 gst_gepard_codec_stop (GstGepardCodec *self)
 {
   g_clear_pointer (&self->stream, gepard_codec_stream_free);
+  g_clear_pointer (&self->decoder, gepard_audio_decoder_free);
   self->codec = NULL;
   g_clear_pointer (&self->own_codec, gepard_codec_free);
   g_clear_pointer (&self->engine, gepard_engine_unref);
+  g_clear_pointer (&self->source, g_free);
+  self->opened = FALSE;
 }
 
+/* The model's codec (through the engine it shares with gepardlm) when model= is set, else a
+ * codec file when codec= is, else the engine of a "gepard.engine" context — found now, or at the
+ * first frame when it comes from the gepardlm upstream. */
 static gboolean
 gst_gepard_codec_start (GstGepardCodec *self)
 {
@@ -341,40 +385,59 @@ gst_gepard_codec_start (GstGepardCodec *self)
   g_autofree char *device = g_strdup (self->device ? self->device : DEFAULT_DEVICE);
   g_autofree char *codec_path = g_strdup (self->codec_path);
   GST_OBJECT_UNLOCK (self);
+  g_autoptr (GError) error = NULL;
+  gboolean ok = TRUE;
 
-  if (!gst_gepard_codec_open (self, model, device, codec_path))
-    {
-      gst_gepard_codec_stop (self);
-      return FALSE;
-    }
-
-  const GepardCodecConfig *config = gepard_codec_get_config (self->codec);
-  if (config->latent_dim != GEPARD_CODES_CHANNELS || config->sample_rate != SAMPLE_RATE
-      || config->fsq_n_dims <= 0)
-    {
-      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                         ("The codec of “%s” takes %d channels per frame at %d Hz; gepardcodec "
-                          "needs %d channels at %d Hz.",
-                          model ? model : codec_path, config->latent_dim, config->sample_rate,
-                          GEPARD_CODES_CHANNELS, SAMPLE_RATE),
-                         (NULL));
-      gst_gepard_codec_stop (self);
-      return FALSE;
-    }
-  /* channel i is FSQ dimension i % n_dims of codebook i / n_dims (nanocodec.md §4) */
-  for (int c = 0; c < GEPARD_CODES_CHANNELS; c++)
-    self->levels[c] = config->fsq_levels[c % config->fsq_n_dims];
-  self->samples_per_frame = config->samples_per_frame;
-  self->stream = gepard_codec_stream_new (self->codec);
   self->stream_dirty = FALSE;
   self->offset = 0;
   self->n_frames = 0;
   gst_gepard_codec_reset (self);
-  GST_INFO_OBJECT (
-      self, "codec from %s, %d samples per frame, %" G_GSIZE_FORMAT " bytes of decoder state",
-      model ? model : codec_path, self->samples_per_frame,
-      gepard_codec_stream_state_bytes (self->stream));
-  return TRUE;
+
+  if (model != NULL && *model == '\0')
+    g_clear_pointer (&model, g_free);
+  if (codec_path != NULL && *codec_path == '\0')
+    g_clear_pointer (&codec_path, g_free);
+
+  if (model == NULL && codec_path != NULL)
+    {
+      self->source = g_strdup (codec_path);
+      self->own_codec = gepard_codec_new (codec_path, &error);
+      if (self->own_codec == NULL)
+        {
+          GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+                             ("Could not load the codec “%s”: %s", codec_path, error->message),
+                             (NULL));
+          ok = FALSE;
+        }
+      else
+        {
+          self->stream = gepard_codec_stream_new (self->own_codec);
+          ok = gst_gepard_codec_prepare (self, self->own_codec);
+        }
+    }
+  else
+    {
+      if (codec_path != NULL)
+        GST_INFO_OBJECT (self, "model set: codec property %s not used", codec_path);
+      GepardEngine *engine = gst_gepard_engine_acquire (GST_ELEMENT (self), model, device,
+                                                        &self->context_engine, &error);
+      if (engine != NULL)
+        ok = gst_gepard_codec_use_engine (self, engine);
+      else if (error != NULL)
+        {
+          GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+                             ("Could not load the GEPARD model “%s” on device “%s” for its codec: "
+                              "%s",
+                              model, device, error->message),
+                             (NULL));
+          ok = FALSE;
+        }
+      else
+        GST_DEBUG_OBJECT (self, "no model yet: taking the engine of the first frame's producer");
+    }
+  if (!ok)
+    gst_gepard_codec_stop (self);
+  return ok;
 }
 
 static GstStateChangeReturn
@@ -449,10 +512,34 @@ gst_gepard_codec_get_property (GObject *object, guint prop_id, GValue *value, GP
 }
 
 static void
+gst_gepard_codec_set_context (GstElement *element, GstContext *context)
+{
+  GstGepardCodec *self = GST_GEPARD_CODEC (element);
+
+  gst_gepard_engine_set_context (element, context, &self->context_engine);
+  GST_ELEMENT_CLASS (parent_class)->set_context (element, context);
+}
+
+/* LATENCY: the decoder has no lookahead, so a frame's audio leaves as soon as the frame arrives
+ * and upstream's latency is the whole answer: the default handler forwards it unchanged. A context
+ * query for an engine gets the one in use. */
+static gboolean
+gst_gepard_codec_query (GstPad *pad, GstObject *parent, GstQuery *query)
+{
+  GstGepardCodec *self = GST_GEPARD_CODEC (parent);
+
+  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT
+      && gst_gepard_engine_answer_query (query, self->engine))
+    return TRUE;
+  return gst_pad_query_default (pad, parent, query);
+}
+
+static void
 gst_gepard_codec_finalize (GObject *object)
 {
   GstGepardCodec *self = GST_GEPARD_CODEC (object);
 
+  g_clear_pointer (&self->context_engine, gepard_engine_unref);
   g_free (self->model);
   g_free (self->device);
   g_free (self->codec_path);
@@ -473,7 +560,9 @@ gst_gepard_codec_class_init (GstGepardCodecClass *klass)
       gobject_class, PROP_MODEL,
       g_param_spec_string ("model", "Model",
                            "GEPARD model whose codec decodes: a checkpoint directory or a Hugging "
-                           "Face repo id, as given to gepardlm. Wins over codec when both are set.",
+                           "Face repo id, as given to gepardlm. Wins over codec when both are set. "
+                           "With neither, the codec of the engine gepardlm upstream uses (or of a "
+                           "\"gepard.engine\" GstContext) decodes.",
                            NULL,
                            G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY));
   g_object_class_install_property (
@@ -499,6 +588,7 @@ gst_gepard_codec_class_init (GstGepardCodecClass *klass)
       "Gepard");
 
   element_class->change_state = GST_DEBUG_FUNCPTR (gst_gepard_codec_change_state);
+  element_class->set_context = GST_DEBUG_FUNCPTR (gst_gepard_codec_set_context);
 }
 
 static void
@@ -507,10 +597,12 @@ gst_gepard_codec_init (GstGepardCodec *self)
   self->sinkpad = gst_pad_new_from_static_template (&sink_template, "sink");
   gst_pad_set_chain_function (self->sinkpad, GST_DEBUG_FUNCPTR (gst_gepard_codec_chain));
   gst_pad_set_event_function (self->sinkpad, GST_DEBUG_FUNCPTR (gst_gepard_codec_sink_event));
+  gst_pad_set_query_function (self->sinkpad, GST_DEBUG_FUNCPTR (gst_gepard_codec_query));
   gst_element_add_pad (GST_ELEMENT (self), self->sinkpad);
 
   self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
   gst_pad_use_fixed_caps (self->srcpad);
+  gst_pad_set_query_function (self->srcpad, GST_DEBUG_FUNCPTR (gst_gepard_codec_query));
   gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
 
   self->device = g_strdup (DEFAULT_DEVICE);

@@ -27,6 +27,7 @@
 #include "gstgepardlm.h"
 
 #include "gstgepardelements.h"
+#include "gstgepardengine.h"
 #include "gstgepardvoiceload.h"
 
 #include "gepard-engine.h"
@@ -90,6 +91,8 @@ struct _GstGepardLm
   int max_frames;
   guint64 seed;
   guint64 frames_pushed;
+
+  GepardEngine *context_engine; /* from a "gepard.engine" context; GST_OBJECT_LOCK */
 
   /* from start () to stop () */
   GepardEngine *engine;
@@ -400,6 +403,8 @@ gst_gepard_lm_generate (GstGepardLm *self, const GArray *ids)
       return GST_FLOW_ERROR;
     }
   self->n_sentences++;
+  /* each sentence is its own utterance: the codec starts its decoder over at the mark */
+  self->discont = TRUE;
 
   g_mutex_lock (&self->lock);
   self->utterance = gepard_utterance_ref (u);
@@ -560,25 +565,28 @@ gst_gepard_lm_start (GstGepardLm *self)
   self->frames_pushed = 0;
   GST_OBJECT_UNLOCK (self);
 
-  if (model == NULL || *model == '\0')
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GepardEngine) engine = gst_gepard_engine_acquire (GST_ELEMENT (self), model, device,
+                                                               &self->context_engine, &error);
+  if (engine == NULL && error == NULL)
     {
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
                          ("No model set: set the model property to a GEPARD model directory or a "
-                          "Hugging Face repo id."),
+                          "Hugging Face repo id, or give the pipeline an engine through a "
+                          "\"gepard.engine\" GstContext."),
                          (NULL));
       return FALSE;
     }
-
-  g_autoptr (GError) error = NULL;
-  g_autoptr (GepardEngine) engine = gepard_engine_get_shared (model, device, &error);
   if (engine == NULL)
     {
       GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
                          ("Could not load the GEPARD model “%s” on device “%s”: %s", model, device,
                           error->message),
-                         ("gepard_engine_get_shared failed"));
+                         ("gst_gepard_engine_acquire failed"));
       return FALSE;
     }
+  if (model == NULL)
+    model = g_strdup (gepard_engine_get_model_dir (engine));
   const GepardModelConfig *config = gepard_engine_get_config (engine);
   if (config->n_audio_heads != GEPARD_CODES_CHANNELS)
     {
@@ -731,10 +739,32 @@ gst_gepard_lm_get_property (GObject *object, guint prop_id, GValue *value, GPara
 }
 
 static void
+gst_gepard_lm_set_context (GstElement *element, GstContext *context)
+{
+  GstGepardLm *self = GST_GEPARD_LM (element);
+
+  gst_gepard_engine_set_context (element, context, &self->context_engine);
+  GST_ELEMENT_CLASS (parent_class)->set_context (element, context);
+}
+
+/* Neighbours looking for an engine (gstgepardengine.h) get the one in use. */
+static gboolean
+gst_gepard_lm_query (GstPad *pad, GstObject *parent, GstQuery *query)
+{
+  GstGepardLm *self = GST_GEPARD_LM (parent);
+
+  if (GST_QUERY_TYPE (query) == GST_QUERY_CONTEXT
+      && gst_gepard_engine_answer_query (query, self->engine))
+    return TRUE;
+  return gst_pad_query_default (pad, parent, query);
+}
+
+static void
 gst_gepard_lm_finalize (GObject *object)
 {
   GstGepardLm *self = GST_GEPARD_LM (object);
 
+  g_clear_pointer (&self->context_engine, gepard_engine_unref);
   g_free (self->model);
   g_free (self->device);
   g_free (self->voice);
@@ -756,7 +786,8 @@ gst_gepard_lm_class_init (GstGepardLmClass *klass)
       gobject_class, PROP_MODEL,
       g_param_spec_string ("model", "Model",
                            "GEPARD model: a checkpoint directory or a Hugging Face repo id "
-                           "(owner/name[@revision]) in the local cache. Required.",
+                           "(owner/name[@revision]) in the local cache. May be left unset when the "
+                           "application shares an engine through a \"gepard.engine\" GstContext.",
                            NULL,
                            G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY));
   g_object_class_install_property (
@@ -814,6 +845,7 @@ gst_gepard_lm_class_init (GstGepardLmClass *klass)
       "Generates GEPARD speech frames for each sentence of text with the shared engine", "Gepard");
 
   element_class->change_state = GST_DEBUG_FUNCPTR (gst_gepard_lm_change_state);
+  element_class->set_context = GST_DEBUG_FUNCPTR (gst_gepard_lm_set_context);
 }
 
 static void
@@ -822,10 +854,12 @@ gst_gepard_lm_init (GstGepardLm *self)
   self->sinkpad = gst_pad_new_from_static_template (&sink_template, "sink");
   gst_pad_set_chain_function (self->sinkpad, GST_DEBUG_FUNCPTR (gst_gepard_lm_chain));
   gst_pad_set_event_function (self->sinkpad, GST_DEBUG_FUNCPTR (gst_gepard_lm_sink_event));
+  gst_pad_set_query_function (self->sinkpad, GST_DEBUG_FUNCPTR (gst_gepard_lm_query));
   gst_element_add_pad (GST_ELEMENT (self), self->sinkpad);
 
   self->srcpad = gst_pad_new_from_static_template (&src_template, "src");
   gst_pad_use_fixed_caps (self->srcpad);
+  gst_pad_set_query_function (self->srcpad, GST_DEBUG_FUNCPTR (gst_gepard_lm_query));
   gst_element_add_pad (GST_ELEMENT (self), self->srcpad);
 
   self->device = g_strdup (DEFAULT_DEVICE);

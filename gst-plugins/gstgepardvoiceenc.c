@@ -18,6 +18,7 @@
 #include "gstgepardvoiceenc.h"
 
 #include "gstgepardelements.h"
+#include "gstgepardengine.h"
 
 #include <gepard-voice.h>
 #include <gst/audio/audio.h>
@@ -57,6 +58,7 @@ struct _GstGepardVoiceEnc
   double max_duration;
 
   /* from start () to stop (); streaming thread only while running */
+  GepardEngine *context_engine; /* from a "gepard.engine" context; GST_OBJECT_LOCK */
   GepardEngine *engine;
   GArray *samples; /* float, the clip so far */
   gboolean failed; /* an error was posted: drop the rest of the stream */
@@ -94,14 +96,6 @@ gst_gepard_voice_enc_start (GstGepardVoiceEnc *self)
   double min_duration = self->min_duration, max_duration = self->max_duration;
   GST_OBJECT_UNLOCK (self);
 
-  if (model == NULL || model[0] == '\0')
-    {
-      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                         ("No model set: set the model property to a GEPARD checkpoint directory "
-                          "or the repo id of a cached model."),
-                         (NULL));
-      return FALSE;
-    }
   if (min_duration > max_duration)
     {
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
@@ -113,13 +107,28 @@ gst_gepard_voice_enc_start (GstGepardVoiceEnc *self)
     }
 
   g_autoptr (GError) error = NULL;
-  GepardEngine *engine = gepard_engine_get_shared (model, device, &error);
+  GepardEngine *engine = gst_gepard_engine_acquire (GST_ELEMENT (self), model, device,
+                                                    &self->context_engine, &error);
+  if (engine == NULL && error == NULL)
+    {
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                         ("No model set: set the model property to a GEPARD checkpoint directory "
+                          "or the repo id of a cached model, or give the pipeline an engine "
+                          "through a \"gepard.engine\" GstContext."),
+                         (NULL));
+      return FALSE;
+    }
   if (engine == NULL)
     {
       GST_ELEMENT_ERROR (
           self, RESOURCE, OPEN_READ,
           ("Cannot load the model “%s” on device “%s”: %s", model, device, error->message), (NULL));
       return FALSE;
+    }
+  if (model == NULL || *model == '\0')
+    {
+      g_free (model);
+      model = g_strdup (gepard_engine_get_model_dir (engine));
     }
   /* refuse a model that cannot clone now rather than after the whole upload */
   const GepardModelConfig *config = gepard_engine_get_config (engine);
@@ -388,9 +397,19 @@ gst_gepard_voice_enc_get_property (GObject *object, guint prop_id, GValue *value
 }
 
 static void
+gst_gepard_voice_enc_set_context (GstElement *element, GstContext *context)
+{
+  GstGepardVoiceEnc *self = GST_GEPARD_VOICE_ENC (element);
+
+  gst_gepard_engine_set_context (element, context, &self->context_engine);
+  GST_ELEMENT_CLASS (parent_class)->set_context (element, context);
+}
+
+static void
 gst_gepard_voice_enc_finalize (GObject *object)
 {
   GstGepardVoiceEnc *self = GST_GEPARD_VOICE_ENC (object);
+  g_clear_pointer (&self->context_engine, gepard_engine_unref);
   g_free (self->model);
   g_free (self->device);
   G_OBJECT_CLASS (parent_class)->finalize (object);
@@ -439,6 +458,7 @@ gst_gepard_voice_enc_class_init (GstGepardVoiceEncClass *klass)
                            G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING));
 
   element_class->change_state = gst_gepard_voice_enc_change_state;
+  element_class->set_context = gst_gepard_voice_enc_set_context;
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);

@@ -1,21 +1,136 @@
 /* gepard-cuda.h: the entry points of the CUDA backend module (libgepard-cuda.so), looked up by
- * name with GModule. Plain C types only: the module has no GLib dependency. */
+ * name with GModule. Plain C types only: the module has no GLib dependency.
+ *
+ * Numbers are 0 for success and -1 for failure, with the reason written to `message` (at most
+ * `message_len` bytes, NUL-terminated). */
 #pragma once
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C"
 {
 #endif
 
-#define GEPARD_CUDA_ABI_VERSION 1
+#define GEPARD_CUDA_ABI_VERSION 2
 
   typedef int (*GepardCudaAbiVersionFunc) (void);
   /* Number of usable GPUs in *n_devices and 0, or -1 with the reason in `message`. */
   typedef int (*GepardCudaProbeFunc) (int *n_devices, char *message, size_t message_len);
   /* "NVIDIA H200, 139.8 GiB, sm_90" into `description`; 0, or -1 with the reason. */
   typedef int (*GepardCudaDescribeFunc) (int device, char *description, size_t description_len);
+
+  /* ---- the LM on the GPU ---- */
+
+  typedef enum
+  {
+    GEPARD_CUDA_DTYPE_F32,
+    GEPARD_CUDA_DTYPE_BF16,
+    GEPARD_CUDA_DTYPE_F16,
+  } GepardCudaDType;
+
+  /* A checkpoint tensor in host memory, row-major. */
+  typedef struct
+  {
+    GepardCudaDType dtype;
+    int n_dims;
+    int64_t shape[4];
+    const void *data;
+  } GepardCudaTensor;
+
+  /* Looks up a checkpoint tensor by its state-dict name (gepard-model.md §2.3). Returns 0 and
+   * fills `tensor`, whose data must stay valid until the next call; -1 when absent. */
+  typedef int (*GepardCudaTensorLookup) (void *user_data, const char *name,
+                                         GepardCudaTensor *tensor);
+
+  typedef struct
+  {
+    /* backbone (gepard-model.md §1.1) */
+    int hidden_size;
+    int n_layers;
+    int n_q_heads;
+    int n_kv_heads;
+    int head_dim;
+    int intermediate_size;
+    int vocab_size;
+    float rms_norm_eps;
+    /* §1.5: the rotated dims and the bf16-rounded cos and sin the CPU reference uses, computed
+     * on the host so both backends share them bit for bit: rope_table[p][0][j] = cos,
+     * rope_table[p][1][j] = sin for positions p < max_context, j < rotary_dim / 2 */
+    int rotary_dim;
+    const float *rope_table;
+
+    /* overlay (§3.4, §3.5) */
+    int n_audio_heads;
+    const int *head_levels; /* [n_audio_heads] */
+    int audio_embed_dim;
+
+    /* capacity */
+    int max_context;   /* positions per sequence */
+    int max_sequences; /* sequences alive at once */
+    /* bytes for the paged KV cache; 0 takes memory_fraction of the device's memory, less what
+     * is in use once the weights are loaded */
+    size_t kv_cache_bytes;
+    double memory_fraction;
+  } GepardCudaModelConfig;
+
+  typedef struct
+  {
+    size_t weight_bytes;
+    size_t kv_cache_bytes;
+    int kv_block_tokens; /* positions per KV block */
+    int kv_blocks;
+    int max_context;
+    int max_sequences;
+    char device[256];
+  } GepardCudaModelInfo;
+
+  typedef struct
+  {
+    float temperature; /* 0 or less: greedy argmax */
+    int top_k;
+    float repetition_penalty;
+    uint64_t seed;
+  } GepardCudaSampling;
+
+  /* One sequence's part of a step: a prefill (prefix rows [n_prefix, H] fp32, then text ids) or
+   * one fed-back frame (`codes`, n_audio_heads channel codes). */
+  typedef struct
+  {
+    int sequence;
+    const float *prefix;
+    int n_prefix;
+    const int32_t *ids;
+    int n_ids;
+    const int32_t *codes; /* NULL on a prefill */
+  } GepardCudaStepInput;
+
+  typedef struct _GepardCudaModel GepardCudaModel;
+
+  /* Uploads the weights (as bf16) to GPU `device` and allocates the KV cache and work buffers. */
+  typedef int (*GepardCudaModelNewFunc) (int device, const GepardCudaModelConfig *config,
+                                         GepardCudaTensorLookup lookup, void *user_data,
+                                         GepardCudaModel **model, char *message,
+                                         size_t message_len);
+  typedef void (*GepardCudaModelFreeFunc) (GepardCudaModel *model);
+  typedef void (*GepardCudaModelInfoFunc) (GepardCudaModel *model, GepardCudaModelInfo *info);
+
+  /* A sequence slot with an empty cache and a seeded sampler; its number in *sequence. Sequence
+   * calls may come from any thread; steps from one thread at a time. */
+  typedef int (*GepardCudaSequenceNewFunc) (GepardCudaModel *model,
+                                            const GepardCudaSampling *sampling, int *sequence,
+                                            char *message, size_t message_len);
+  /* Frees the slot and its KV blocks; the sequence must not be in a step. */
+  typedef void (*GepardCudaSequenceFreeFunc) (GepardCudaModel *model, int sequence);
+
+  /* One forward over all inputs (each sequence at most once), then for input i: the stop logit
+   * of its last position in stop_logits[i] and the next frame sampled on the device in
+   * codes[i · n_audio_heads …]. `logits` (may be NULL) receives the heads' logits [n][n_logits]
+   * before sampling. On failure no sequence has moved. */
+  typedef int (*GepardCudaStepFunc) (GepardCudaModel *model, const GepardCudaStepInput *inputs,
+                                     int n, int32_t *codes, float *stop_logits, float *logits,
+                                     char *message, size_t message_len);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,9 @@
 /* The shared engine: continuous batching gives each utterance the frames the reference loop gives
  * it, cancellation ends one utterance at once, bad requests are refused. */
 #include "gepard-engine.h"
+#include "gepard-error.h"
+
+#include <glib/gstdio.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -360,6 +363,151 @@ test_shared (void)
   gepard_engine_unref (c);
 }
 
+/* A relative path, a path with "." in it and the absolute path are one engine. */
+static void
+test_shared_by_location (void)
+{
+  g_autoptr (GError) error = NULL;
+  g_autofree char *dotted = g_build_filename (work_dir, ".", "tiny", NULL);
+  g_autofree char *cwd = g_get_current_dir ();
+  g_assert_true (g_chdir (work_dir) == 0);
+  GepardEngine *a = gepard_engine_get_shared (model_dir, "cpu", &error);
+  g_assert_no_error (error);
+  GepardEngine *b = gepard_engine_get_shared (dotted, "cpu", &error);
+  g_assert_no_error (error);
+  GepardEngine *c = gepard_engine_get_shared ("tiny", "cpu", &error);
+  g_assert_no_error (error);
+  g_assert_true (a == b && b == c);
+  g_assert_cmpuint (gepard_engine_count_shared (), ==, 1);
+  g_assert_true (g_chdir (cwd) == 0);
+  gepard_engine_unref (a);
+  gepard_engine_unref (b);
+  gepard_engine_unref (c);
+  g_assert_cmpuint (gepard_engine_count_shared (), ==, 0);
+}
+
+/* Deterministic codes in range for the codec's levels. */
+static gint32 *
+some_codes (GepardCodec *codec, int n_frames, guint32 seed)
+{
+  const GepardCodecConfig *config = gepard_codec_get_config (codec);
+  gint32 *codes = g_new (gint32, (gsize)n_frames * config->latent_dim);
+  GRand *rand = g_rand_new_with_seed (seed);
+  for (int i = 0; i < n_frames * config->latent_dim; i++)
+    codes[i] = g_rand_int_range (rand, 0, config->fsq_levels[i % config->fsq_n_dims]);
+  g_rand_free (rand);
+  return codes;
+}
+
+/* Frames decoded through the codec service are the frames a stream of the codec decodes alone,
+ * bit for bit, across calls and a reset. */
+static void
+test_audio_decoder_exact (void)
+{
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", NULL, &error);
+  g_assert_no_error (error);
+  GepardCodec *codec = gepard_engine_get_codec (engine);
+  int spf = gepard_codec_get_config (codec)->samples_per_frame;
+  g_autofree gint32 *codes = some_codes (codec, 12, 5);
+  int latent = gepard_codec_get_config (codec)->latent_dim;
+
+  g_autoptr (GepardAudioDecoder) decoder = gepard_engine_new_audio_decoder (engine, &error);
+  g_assert_no_error (error);
+  g_autoptr (GepardCodecStream) alone = gepard_codec_stream_new (codec);
+  g_autofree float *got = g_new (float, 12 * spf);
+  g_autofree float *want = g_new (float, 12 * spf);
+  /* 1 + 4 frames, a reset, then 7: a new utterance starts from zero state */
+  g_assert_true (gepard_audio_decoder_decode (decoder, codes, 1, got, &error));
+  g_assert_true (gepard_audio_decoder_decode (decoder, codes + latent, 4, got + spf, &error));
+  gepard_audio_decoder_reset (decoder);
+  g_assert_true (
+      gepard_audio_decoder_decode (decoder, codes + 5 * latent, 7, got + 5 * spf, &error));
+  g_assert_no_error (error);
+  g_assert_true (gepard_codec_stream_decode (alone, codes, 5, want, &error));
+  gepard_codec_stream_reset (alone);
+  g_assert_true (gepard_codec_stream_decode (alone, codes + 5 * latent, 7, want + 5 * spf, &error));
+  g_assert_true (memcmp (got, want, sizeof (float) * 12 * spf) == 0);
+
+  /* a code outside its level fails that call and leaves the stream as it was */
+  codes[3] = 99;
+  g_assert_false (gepard_audio_decoder_decode (decoder, codes, 1, got, &error));
+  g_assert_error (error, GEPARD_FORMAT_ERROR, GEPARD_FORMAT_ERROR_SHAPE);
+  g_clear_error (&error);
+  g_autofree gint32 *more = some_codes (codec, 2, 9);
+  g_assert_true (gepard_audio_decoder_decode (decoder, more, 2, got, &error));
+  g_assert_true (gepard_codec_stream_decode (alone, more, 2, want, &error));
+  g_assert_true (memcmp (got, want, sizeof (float) * 2 * spf) == 0);
+
+  GepardEngineStats stats;
+  gepard_engine_get_stats (engine, &stats);
+  g_assert_cmpuint (stats.decoded_frames, ==, 14);
+}
+
+typedef struct
+{
+  GepardEngine *engine;
+  int index;
+  gboolean exact;
+} DecodeThread;
+
+#define DECODE_FRAMES 24
+
+/* One stream decoding frame by frame, as gepardcodec does; checked against a stream alone. */
+static gpointer
+decode_thread (gpointer data)
+{
+  DecodeThread *t = data;
+  GepardCodec *codec = gepard_engine_get_codec (t->engine);
+  int spf = gepard_codec_get_config (codec)->samples_per_frame;
+  int latent = gepard_codec_get_config (codec)->latent_dim;
+  g_autofree gint32 *codes = some_codes (codec, DECODE_FRAMES, 100 + t->index);
+  g_autofree float *got = g_new (float, DECODE_FRAMES *spf);
+  g_autofree float *want = g_new (float, DECODE_FRAMES *spf);
+  g_autoptr (GepardAudioDecoder) decoder = gepard_engine_new_audio_decoder (t->engine, NULL);
+  g_autoptr (GepardCodecStream) alone = gepard_codec_stream_new (codec);
+
+  t->exact = TRUE;
+  for (int f = 0; f < DECODE_FRAMES; f++)
+    if (!gepard_audio_decoder_decode (decoder, codes + f * latent, 1, got + f * spf, NULL))
+      t->exact = FALSE;
+  gepard_codec_stream_decode (alone, codes, DECODE_FRAMES, want, NULL);
+  t->exact = t->exact && memcmp (got, want, sizeof (float) * DECODE_FRAMES * spf) == 0;
+  return NULL;
+}
+
+/* Streams decoding at once share batched passes, and each still gets its own exact audio. */
+static void
+test_audio_decoders_batch (void)
+{
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", NULL, &error);
+  g_assert_no_error (error);
+  DecodeThread threads[6];
+  GThread *handles[G_N_ELEMENTS (threads)];
+
+  for (guint i = 0; i < G_N_ELEMENTS (threads); i++)
+    {
+      threads[i] = (DecodeThread){engine, (int)i, FALSE};
+      handles[i] = g_thread_new ("decode", decode_thread, &threads[i]);
+    }
+  for (guint i = 0; i < G_N_ELEMENTS (threads); i++)
+    {
+      g_thread_join (handles[i]);
+      g_assert_true (threads[i].exact);
+    }
+  GepardEngineStats stats;
+  gepard_engine_get_stats (engine, &stats);
+  g_assert_cmpuint (stats.decoded_frames, ==, G_N_ELEMENTS (threads) * DECODE_FRAMES);
+  /* 144 single-frame calls from six threads: while one pass runs the others queue up, so some
+   * pass carries several streams */
+  g_test_message ("%" G_GUINT64_FORMAT " passes for %" G_GUINT64_FORMAT
+                  " frames, at most %u streams in one",
+                  stats.decode_batches, stats.decoded_frames, stats.largest_decode_batch);
+  g_assert_cmpuint (stats.largest_decode_batch, >, 1);
+  g_assert_cmpuint (stats.decode_batches, <, stats.decoded_frames);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -379,6 +527,9 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/utterances-keep-engine", test_utterances_keep_engine);
   g_test_add_func ("/engine/bad-requests", test_bad_requests);
   g_test_add_func ("/engine/shared", test_shared);
+  g_test_add_func ("/engine/shared-by-location", test_shared_by_location);
+  g_test_add_func ("/engine/audio-decoder-exact", test_audio_decoder_exact);
+  g_test_add_func ("/engine/audio-decoders-batch", test_audio_decoders_batch);
   int result = g_test_run ();
 
   g_autofree char *rm = g_strdup_printf ("rm -rf '%s'", work_dir);

@@ -2,7 +2,7 @@
  * the way an application runs it, and through gst-launch-1.0 the way a user types it: the run
  * reaches EOS without an error, and the file is a valid 16 kHz WAV holding every generated frame's
  * audio. */
-#include "gepard-engine.h"
+#include "gstgepardcontext.h"
 
 #include <gst/check/gstcheck.h>
 
@@ -253,10 +253,140 @@ GST_START_TEST (test_push_text)
 }
 GST_END_TEST;
 
+/* The shipped description with nothing but the text and file set: the engine comes from the
+ * application through a GstContext. */
+static GstElement *
+bare_pipeline (const char *output, const char *text)
+{
+  g_autofree char *path
+      = g_build_filename (g_getenv ("GEPARD_SOURCE_DIR"), "pipelines", "tts-wav.txt", NULL);
+  g_autofree char *description = NULL;
+  fail_unless (g_file_get_contents (path, &description, NULL, NULL));
+  GstElement *pipeline = gst_parse_launch (g_strstrip (description), NULL);
+  fail_unless (pipeline != NULL);
+  GstElement *sink = gst_bin_get_by_name (GST_BIN (pipeline), "sink");
+  GstElement *lm = gst_bin_get_by_name (GST_BIN (pipeline), "lm");
+  GstElement *src = gst_bin_get_by_name (GST_BIN (pipeline), "text");
+  g_object_set (sink, "location", output, NULL);
+  g_object_set (lm, "max-frames", MAX_FRAMES, NULL);
+  g_object_set (src, "text", text, NULL);
+  gst_object_unref (sink);
+  gst_object_unref (lm);
+  gst_object_unref (src);
+  return pipeline;
+}
+
+/* An application's own engine, set on the pipeline before its first state change, serves every
+ * element: no model property, no engine of the process-wide registry loaded, and the frames were
+ * generated and decoded by that engine. */
+GST_START_TEST (test_application_engine)
+{
+  g_autofree char *output = g_build_filename (work_dir, "app-engine.wav", NULL);
+  GError *error = NULL;
+  GepardEngine *engine = gepard_engine_new (model_dir, "cpu", NULL, &error);
+  fail_unless (engine != NULL);
+  GstElement *pipeline = bare_pipeline (output, "An engine of my own.");
+  GstContext *context = gst_gepard_engine_context_new (engine);
+  gst_element_set_context (pipeline, context);
+  gst_context_unref (context);
+
+  guint before = gepard_engine_count_shared ();
+  fail_if (gst_element_set_state (pipeline, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE);
+  guint64 frames = run_to_eos (pipeline);
+  fail_unless_equals_int (gepard_engine_count_shared (), before);
+  check_wav (output, frames);
+
+  GepardEngineStats stats;
+  gepard_engine_get_stats (engine, &stats);
+  fail_unless_equals_uint64 (stats.frames, frames);
+  fail_unless_equals_uint64 (stats.decoded_frames, frames);
+  gst_object_unref (pipeline);
+  gepard_engine_unref (engine);
+}
+GST_END_TEST;
+
+static int need_context_answers;
+
+/* The application's synchronous bus handler answers NEED_CONTEXT with its engine. */
+static GstBusSyncReply
+answer_need_context (GstBus *bus, GstMessage *message, gpointer user_data)
+{
+  const char *type;
+  if (GST_MESSAGE_TYPE (message) == GST_MESSAGE_NEED_CONTEXT
+      && gst_message_parse_context_type (message, &type)
+      && g_str_equal (type, GST_GEPARD_ENGINE_CONTEXT_TYPE))
+    {
+      GstContext *context = gst_gepard_engine_context_new (user_data);
+      gst_element_set_context (GST_ELEMENT (GST_MESSAGE_SRC (message)), context);
+      gst_context_unref (context);
+      need_context_answers++;
+    }
+  return GST_BUS_PASS;
+}
+
+GST_START_TEST (test_need_context_handler)
+{
+  g_autofree char *output = g_build_filename (work_dir, "need-context.wav", NULL);
+  GepardEngine *engine = gepard_engine_new (model_dir, "cpu", NULL, NULL);
+  fail_unless (engine != NULL);
+  GstElement *pipeline = bare_pipeline (output, "Asked for on the bus.");
+  GstBus *bus = gst_element_get_bus (pipeline);
+  gst_bus_set_sync_handler (bus, answer_need_context, engine, NULL);
+  gst_object_unref (bus);
+
+  need_context_answers = 0;
+  guint before = gepard_engine_count_shared ();
+  fail_if (gst_element_set_state (pipeline, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE);
+  guint64 frames = run_to_eos (pipeline);
+  fail_unless_equals_int (gepard_engine_count_shared (), before);
+  check_wav (output, frames);
+  /* gepardcodec asked first (it starts first, downstream); gepardlm then got the engine from
+   * the bin's cache of the context set on gepardcodec, or asked too */
+  fail_unless (need_context_answers >= 1);
+  GepardEngineStats stats;
+  gepard_engine_get_stats (engine, &stats);
+  fail_unless_equals_uint64 (stats.frames, frames);
+  gst_object_unref (pipeline);
+  gepard_engine_unref (engine);
+}
+GST_END_TEST;
+
+static GstPadProbeReturn
+count_discont (GstPad *pad, GstPadProbeInfo *info, gpointer user_data)
+{
+  if (GST_BUFFER_IS_DISCONT (GST_PAD_PROBE_INFO_BUFFER (info)))
+    (*(int *)user_data)++;
+  return GST_PAD_PROBE_OK;
+}
+
+/* Each sentence is an utterance of its own: its audio starts with DISCONT (and a decoder state
+ * from zero); the timeline runs on without a gap. */
+GST_START_TEST (test_discont_per_utterance)
+{
+  g_autofree char *output = g_build_filename (work_dir, "discont.wav", NULL);
+  GstElement *pipeline = tts_wav_pipeline (output);
+  GstElement *text = gst_bin_get_by_name (GST_BIN (pipeline), "text");
+  GstElement *codec = gst_bin_get_by_name (GST_BIN (pipeline), "codec");
+  g_object_set (text, "text", "One sentence. Another sentence. A third one.", NULL);
+  GstPad *src = gst_element_get_static_pad (codec, "src");
+  int disconts = 0;
+  gst_pad_add_probe (src, GST_PAD_PROBE_TYPE_BUFFER, count_discont, &disconts, NULL);
+  gst_object_unref (src);
+  gst_object_unref (codec);
+  gst_object_unref (text);
+
+  fail_if (gst_element_set_state (pipeline, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE);
+  guint64 frames = run_to_eos (pipeline);
+  fail_unless_equals_int (disconts, 3);
+  check_wav (output, frames);
+  gst_object_unref (pipeline);
+}
+GST_END_TEST;
+
 GST_START_TEST (test_gst_launch)
 {
-  /* the command line a user types; gepardlm reports nothing to the shell, so the file's length
-   * is checked against the bound */
+  /* the command line a user types (gepardcodec takes the codec of gepardlm's engine); gepardlm
+   * reports nothing to the shell, so the file's length is checked against the bound */
   g_autofree char *output = g_build_filename (work_dir, "launch.wav", NULL);
   g_autofree char *model = g_strdup_printf ("model=%s", model_dir);
   g_autofree char *location = g_strdup_printf ("location=%s", output);
@@ -271,8 +401,6 @@ GST_START_TEST (test_gst_launch)
                   "max-frames=" G_STRINGIFY (MAX_FRAMES),
                   "!",
                   "gepardcodec",
-                  model,
-                  "device=cpu",
                   "!",
                   "audioconvert",
                   "!",
@@ -331,6 +459,9 @@ pipeline_suite (void)
   tcase_add_test (tc, test_push_text);
   tcase_add_test (tc, test_48khz);
   tcase_add_test (tc, test_two_pipelines_one_engine);
+  tcase_add_test (tc, test_application_engine);
+  tcase_add_test (tc, test_need_context_handler);
+  tcase_add_test (tc, test_discont_per_utterance);
   tcase_add_test (tc, test_gst_launch);
   return s;
 }

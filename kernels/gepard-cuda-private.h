@@ -1,0 +1,112 @@
+/* gepard-cuda-private.h: what the LM host code (gepard-cuda-lm.cu) and the device kernels
+ * (gepard-cuda-kernels.cu) share inside the module. */
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 gbf16;
+
+/* positions per KV-cache block */
+#define GEPARD_KV_BLOCK 64
+/* the repetition penalty looks at the last 32 frames (gepard-generate.c) */
+#define GEPARD_PENALTY_WINDOW 32
+#define GEPARD_CUDA_MAX_HEADS 64
+
+enum
+{
+  GEPARD_ROW_TEXT,   /* value: token id */
+  GEPARD_ROW_PREFIX, /* value: row of the step's prefix rows */
+  GEPARD_ROW_FRAME,  /* value: index of the step's frames */
+};
+
+/* one row (position) of a step */
+typedef struct
+{
+  int seq; /* index into the step's sequences */
+  int pos;
+  int kind;
+  int value;
+} GepardStepRow;
+
+/* the sampler of one sequence slot, kept on the device between steps; the same state and
+ * arithmetic as gepard-generate.c's GepardSampler */
+typedef struct
+{
+  uint64_t rng[4];
+  int n_frames;
+  float temperature;
+  int top_k;
+  float penalty;
+} GepardSamplerState;
+
+/* one sequence of a step */
+typedef struct
+{
+  int slot;
+  int last_row;
+  int init; /* the slot's sampler starts from `state` (a new sequence) */
+  int pad;
+  GepardSamplerState state;
+} GepardStepSeq;
+
+/* where one layer's keys and values live in the paged pool: block b, layer l, kv head j, K or V
+ * at pool + b·block_elems + l·layer_elems + (2j + which)·GEPARD_KV_BLOCK·head_dim */
+typedef struct
+{
+  gbf16 *pool;
+  size_t block_elems;
+  size_t layer_elems;
+  const int *block_tables; /* [n_seqs][max_blocks] */
+  int max_blocks;
+} GepardKvView;
+
+typedef struct
+{
+  int hidden;
+  int n_q_heads;
+  int n_kv_heads;
+  int head_dim;
+  int rotary_dim;
+  int max_context;
+  float eps;
+} GepardDims;
+
+/* launchers; all run on `stream` and return the launch status */
+cudaError_t gepard_launch_embed_rows (cudaStream_t stream, const GepardStepRow *rows, int n_rows,
+                                      const gbf16 *table, const float *prefix, int hidden,
+                                      float *x);
+cudaError_t gepard_launch_frame_gather (cudaStream_t stream, const int32_t *codes, int n_frames,
+                                        int n_heads, const int *head_offsets,
+                                        const gbf16 *audio_table, int embed_dim, gbf16 *out);
+cudaError_t gepard_launch_bias_gelu (cudaStream_t stream, const float *acc, const float *bias,
+                                     int n_rows, int n, gbf16 *out);
+cudaError_t gepard_launch_bias_layer_norm (cudaStream_t stream, const float *acc, const float *bias,
+                                           float scale, const int *frame_rows, int n_frames, int n,
+                                           float *x);
+cudaError_t gepard_launch_rms_norm (cudaStream_t stream, float *x, const gbf16 *residual,
+                                    const float *scale, int n_rows, int n, float eps, gbf16 *out);
+cudaError_t gepard_launch_final_norm (cudaStream_t stream, float *x, const gbf16 *residual,
+                                      const GepardStepSeq *seqs, int n_seqs, const float *scale,
+                                      int n, float eps, gbf16 *out);
+cudaError_t gepard_launch_qk_norm_rope (cudaStream_t stream, gbf16 *qkv, const GepardStepRow *rows,
+                                        int n_rows, const GepardDims *dims, const float *q_scale,
+                                        const float *k_scale, const float *rope_table,
+                                        GepardKvView kv, int layer);
+/* dynamic shared memory the attention kernel needs for `max_visible` keys */
+size_t gepard_attention_smem (const GepardDims *dims, int max_visible);
+/* whether the head geometry has a compiled attention kernel */
+int gepard_attention_supported (const GepardDims *dims);
+cudaError_t gepard_attention_prepare (const GepardDims *dims, size_t max_smem);
+cudaError_t gepard_launch_attention (cudaStream_t stream, const gbf16 *qkv,
+                                     const GepardStepRow *rows, int n_rows, const GepardDims *dims,
+                                     GepardKvView kv, int layer, int max_visible, gbf16 *out);
+cudaError_t gepard_launch_silu_mul (cudaStream_t stream, const gbf16 *gate_up, int n_rows,
+                                    int intermediate, gbf16 *out);
+/* heads' bias and bf16 rounding, then §3.4 sampling for each sequence */
+cudaError_t gepard_launch_sample (cudaStream_t stream, const float *acc, int acc_stride,
+                                  const float *bias, const GepardStepSeq *seqs, int n_seqs,
+                                  int n_heads, const int *head_offsets, int n_logits,
+                                  GepardSamplerState *states, int32_t *history, int32_t *codes,
+                                  float *stop_logits, float *logits, float *work);

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The CUDA backend on a GPU host: gepard-cuda-check parity (CPU reference against the GPU, greedy
+# and sampled generation in lockstep) on fresh random test models — the tiny preset and the
+# gepard-1.0 shapes — a compute-sanitizer pass over a small run, then the decode step time for
+# B = 1, 8, 64, 256 with and without CUDA graphs. `gpu-cuda-check.sh diag` instead runs the
+# parity with the GEMMs summed without tensor cores, and profiles a batch-1 decode with ncu.
+#
+# The host needs no build tools: binaries built elsewhere are copied to $GEPARD_PREFIX/build
+# (default device-prefix/build: kernels/libgepard-cuda.so, gepard-core/libgepard.so,
+# tools/gepard-make-test-model, tools/gepard-cuda-check, tests/test-backend) and the runtime
+# libraries the host lacks are unpacked from $GEPARD_PREFIX/debs. Logs go to $OUT (default
+# build/gpu-cuda-check).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+prefix=${GEPARD_PREFIX:-$PWD/device-prefix}
+bin=$prefix/build
+out=${OUT:-$PWD/build/gpu-cuda-check}
+models=${GEPARD_CHECK_MODELS:-/tmp/gepard-check-models}
+libs=/tmp/gepard-check-libs
+mkdir -p "$out" "$models" "$libs"
+exec > >(tee "$out/gpu-cuda-check.log") 2>&1
+
+step() { echo; echo "=== $* ($(date -u +%T))"; }
+
+for deb in "$prefix"/debs/*.deb; do dpkg -x "$deb" "$libs"; done
+export LD_LIBRARY_PATH=$libs/usr/lib/x86_64-linux-gnu:$libs/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# GLib's own dependencies, only where the host lacks them (its newer copies are kept otherwise)
+if ldd "$bin/gepard-core/libgepard.so" | grep -q "not found" && [ -d "$prefix/debs/fallback" ]; then
+  for deb in "$prefix"/debs/fallback/*.deb; do dpkg -x "$deb" "$libs/fallback"; done
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$libs/fallback/usr/lib/x86_64-linux-gnu:$libs/fallback/lib/x86_64-linux-gnu
+fi
+export GEPARD_BACKEND_DIR=$bin/kernels GEPARD_BUILD_DIR=$bin GEPARD_SOURCE_DIR=$PWD
+# a fixed KV cache, so the check neither waits for nor holds most of the GPU's memory
+export GEPARD_KV_CACHE_MIB=${GEPARD_KV_CACHE_MIB:-16384}
+
+step host
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+ldd "$bin/gepard-core/libgepard.so" | grep "not found" || echo "all libraries found"
+
+step test-backend
+timeout 60 "$bin/tests/test-backend" --tap
+
+if [ "${1:-}" = diag ]; then
+  # where the GPU's logits differ from the CPU's: the same parity with the GEMMs summed in plain
+  # fp32 (no tensor cores), and the kernel times of a batch-1 decode
+  for layers in 2 14; do
+    timeout 150 "$bin/tools/gepard-make-test-model" -p gepard-1.0 --codec none \
+      --layers "$layers" "$models/g1-$layers" >/dev/null
+    step "parity, gepard-1.0 shapes, $layers layers, GEMMs in plain fp32"
+    GEPARD_CUDA_GEMM_PEDANTIC=1 timeout 200 "$bin/tools/gepard-cuda-check" parity \
+      "$models/g1-$layers" --batches 1,8 --frames 50
+  done
+  step "kernel times, batch 1, context 64"
+  GEPARD_CUDA_GRAPHS=0 timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
+    --csv --print-units base --log-file "$out/ncu-b1.csv" \
+    "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1 --contexts 64 --steps 2
+  step done
+  exit 0
+fi
+
+step "tiny model"
+rm -rf "$models/tiny"
+timeout 60 "$bin/tools/gepard-make-test-model" -p tiny --codec none "$models/tiny" >/dev/null
+step "parity, tiny"
+timeout 90 "$bin/tools/gepard-cuda-check" parity "$models/tiny" --batches 1,8 --frames 50
+echo "exit $?"
+
+if command -v compute-sanitizer >/dev/null; then
+  step "compute-sanitizer memcheck, tiny"
+  timeout 120 compute-sanitizer --tool memcheck --print-limit 20 \
+    "$bin/tools/gepard-cuda-check" parity "$models/tiny" --batches 3 --frames 4
+  echo "exit $?"
+fi
+
+# gepard-1.0 shapes with 2 layers (the kernels at head_dim 256, little depth to amplify
+# rounding differences) and with all 14
+for layers in 2 14; do
+  step "gepard-1.0 shapes, $layers layers"
+  timeout 150 "$bin/tools/gepard-make-test-model" -p gepard-1.0 --codec none --layers "$layers" \
+    "$models/g1-$layers" >/dev/null
+  step "parity, gepard-1.0 shapes, $layers layers"
+  timeout 200 "$bin/tools/gepard-cuda-check" parity "$models/g1-$layers" --batches 1,8 --frames 50
+  echo "exit $?"
+done
+step "decode step time, gepard-1.0 shapes"
+timeout 200 "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1,8,64,256 \
+  --contexts 64,1024 --steps 20
+echo "exit $?"
+step "decode step time, gepard-1.0 shapes, without CUDA graphs"
+GEPARD_CUDA_GRAPHS=0 timeout 200 "$bin/tools/gepard-cuda-check" bench "$models/g1-14" \
+  --batches 1,8,64,256 --contexts 64,1024 --steps 20
+echo "exit $?"
+step done
