@@ -283,7 +283,8 @@ pop_mark (Machine *m, Value ***items, guint *n, GError **error)
   base = g_array_index (m->marks, guint, m->marks->len - 1);
   g_array_set_size (m->marks, m->marks->len - 1);
   *n = m->stack->len - base;
-  *items = (Value **)m->stack->pdata + base;
+  /* an array that never held anything has no storage, and NULL + 0 is undefined in C */
+  *items = *n > 0 ? (Value **)m->stack->pdata + base : NULL;
   return TRUE;
 }
 

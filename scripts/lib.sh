@@ -8,10 +8,11 @@ GEPARD_VENV=${GEPARD_VENV:-$GEPARD_ROOT/.venv}
 # Debian bookworm packages the build and the tests need.
 GEPARD_APT_PACKAGES=(
   build-essential meson ninja-build pkg-config clang-format
+  clang libclang-rt-14-dev # libFuzzer and the sanitizer runtimes, for tests/fuzz
   libglib2.0-dev libjson-glib-dev libsamplerate0-dev libopenblas-dev
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
-  libsoup-3.0-dev libpq-dev
+  libsoup-3.0-dev libpq-dev postgresql openssl
   python3 python3-venv python3-pip
 )
 

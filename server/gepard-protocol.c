@@ -1,0 +1,346 @@
+/* gepard-protocol.c: Cartesia TTS requests in, events out. */
+#include "gepard-protocol.h"
+
+#include "gepard-api-error.h"
+
+#include <string.h>
+
+static gboolean
+bad_type (const char *name, const char *what, GError **error)
+{
+  g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST, "%s must be %s", name, what);
+  return FALSE;
+}
+
+static gboolean
+is_string (JsonNode *node)
+{
+  return JSON_NODE_HOLDS_VALUE (node) && json_node_get_value_type (node) == G_TYPE_STRING;
+}
+
+/* NULL (absent or null) is fine; anything but a string is not. */
+static gboolean
+read_string (JsonObject *object, const char *name, char **out, GError **error)
+{
+  JsonNode *node = json_object_get_member (object, name);
+  if (node == NULL || JSON_NODE_HOLDS_NULL (node))
+    return TRUE;
+  if (!is_string (node))
+    return bad_type (name, "a string", error);
+  g_free (*out);
+  *out = g_strdup (json_node_get_string (node));
+  return TRUE;
+}
+
+static gboolean
+read_bool (JsonObject *object, const char *name, gboolean *out, GError **error)
+{
+  JsonNode *node = json_object_get_member (object, name);
+  if (node == NULL || JSON_NODE_HOLDS_NULL (node))
+    return TRUE;
+  if (!JSON_NODE_HOLDS_VALUE (node) || json_node_get_value_type (node) != G_TYPE_BOOLEAN)
+    return bad_type (name, "true or false", error);
+  *out = json_node_get_boolean (node);
+  return TRUE;
+}
+
+/* The voice specifier forms of cartesia-protocol.md §1.3: "<id>", {"id": …},
+ * {"mode": "id", "id": …}; embeddings are refused. */
+static gboolean
+read_voice (JsonObject *object, char **out, GError **error)
+{
+  JsonNode *node = json_object_get_member (object, "voice");
+  if (node == NULL || JSON_NODE_HOLDS_NULL (node))
+    return TRUE;
+  if (is_string (node))
+    {
+      *out = g_strdup (json_node_get_string (node));
+      return TRUE;
+    }
+  if (!JSON_NODE_HOLDS_OBJECT (node))
+    return bad_type ("voice", "a voice id or an object with an id", error);
+  JsonObject *voice = json_node_get_object (node);
+  JsonNode *mode = json_object_get_member (voice, "mode");
+  if (mode != NULL && !JSON_NODE_HOLDS_NULL (mode))
+    {
+      if (!is_string (mode))
+        return bad_type ("voice.mode", "a string", error);
+      if (strcmp (json_node_get_string (mode), "id") != 0)
+        {
+          g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                       "voice.mode \"%s\" is not supported: give a voice id",
+                       json_node_get_string (mode));
+          return FALSE;
+        }
+    }
+  JsonNode *id = json_object_get_member (voice, "id");
+  if (id == NULL || !is_string (id))
+    return bad_type ("voice.id", "a string", error);
+  *out = g_strdup (json_node_get_string (id));
+  return TRUE;
+}
+
+/* json-glib parses recursively: deep enough nesting ("[[[[…") exhausts the stack, so it is
+ * measured first, outside strings, without parsing. */
+#define MAX_JSON_DEPTH 64
+
+static gboolean
+json_depth_ok (const char *data, gsize length)
+{
+  int depth = 0;
+  gboolean in_string = FALSE;
+
+  for (gsize i = 0; i < length; i++)
+    {
+      char c = data[i];
+      if (in_string)
+        {
+          if (c == '\\')
+            i++;
+          else if (c == '"')
+            in_string = FALSE;
+        }
+      else if (c == '"')
+        in_string = TRUE;
+      else if (c == '[' || c == '{')
+        {
+          if (++depth > MAX_JSON_DEPTH)
+            return FALSE;
+        }
+      else if (c == ']' || c == '}')
+        depth--;
+    }
+  return TRUE;
+}
+
+gboolean
+gepard_tts_request_parse (const char *data, gsize length, GepardTtsRequest *request, GError **error)
+{
+  g_autoptr (JsonParser) parser = json_parser_new_immutable ();
+  g_autoptr (GError) local = NULL;
+
+  memset (request, 0, sizeof *request);
+  if (!json_depth_ok (data, length))
+    {
+      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                   "Invalid JSON: nested deeper than %d levels", MAX_JSON_DEPTH);
+      return FALSE;
+    }
+  if (length > G_MAXSSIZE || !json_parser_load_from_data (parser, data, (gssize)length, &local))
+    {
+      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST, "Invalid JSON: %s",
+                   local != NULL ? local->message : "too long");
+      return FALSE;
+    }
+  JsonNode *root = json_parser_get_root (parser);
+  if (root == NULL || !JSON_NODE_HOLDS_OBJECT (root))
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "The request must be a JSON object");
+      return FALSE;
+    }
+  JsonObject *object = json_node_get_object (root);
+
+  if (!read_string (object, "context_id", &request->context_id, error)
+      || !read_string (object, "transcript", &request->transcript, error)
+      || !read_voice (object, &request->voice_id, error)
+      || !read_bool (object, "continue", &request->continue_, error)
+      || !read_bool (object, "flush", &request->flush, error)
+      || !read_bool (object, "cancel", &request->cancel, error)
+      || !read_bool (object, "add_timestamps", &request->add_timestamps, error)
+      || !read_bool (object, "add_phoneme_timestamps", &request->add_phoneme_timestamps, error))
+    return FALSE;
+
+  JsonNode *format = json_object_get_member (object, "output_format");
+  if (format != NULL && !JSON_NODE_HOLDS_NULL (format))
+    {
+      if (!gepard_output_format_parse (format, &request->output_format, error))
+        return FALSE;
+      request->has_output_format = TRUE;
+    }
+  return TRUE;
+}
+
+void
+gepard_tts_request_clear (GepardTtsRequest *request)
+{
+  g_free (request->context_id);
+  g_free (request->transcript);
+  g_free (request->voice_id);
+  memset (request, 0, sizeof *request);
+}
+
+gboolean
+gepard_voice_id_is_valid (const char *id)
+{
+  gsize n = id != NULL ? strlen (id) : 0;
+  if (n == 0 || n > 128 || id[0] == '.')
+    return FALSE;
+  for (gsize i = 0; i < n; i++)
+    if (!g_ascii_isalnum (id[i]) && id[i] != '.' && id[i] != '_' && id[i] != ':' && id[i] != '-')
+      return FALSE;
+  return TRUE;
+}
+
+/* ---- word timestamps ---- */
+
+GepardWordTimes *
+gepard_word_times_new (const char *sentence, double start, double end)
+{
+  GepardWordTimes *times = g_new0 (GepardWordTimes, 1);
+  times->words = g_ptr_array_new_with_free_func (g_free);
+  times->start = g_array_new (FALSE, FALSE, sizeof (double));
+  times->end = g_array_new (FALSE, FALSE, sizeof (double));
+
+  g_auto (GStrv) pieces = g_strsplit_set (sentence, " \t\n\r\f\v", -1);
+  g_autoptr (GArray) weights = g_array_new (FALSE, FALSE, sizeof (double));
+  double total = 0;
+  for (char **p = pieces; *p != NULL; p++)
+    {
+      if ((*p)[0] == '\0')
+        continue;
+      double w = (double)g_utf8_strlen (*p, -1) + 1.0;
+      g_ptr_array_add (times->words, g_strdup (*p));
+      g_array_append_val (weights, w);
+      total += w;
+    }
+
+  double span = end > start ? end - start : 0.0;
+  double t = start;
+  for (guint i = 0; i < times->words->len; i++)
+    {
+      double d = span * g_array_index (weights, double, i) / total;
+      double e = i + 1 == times->words->len ? end : t + d;
+      g_array_append_val (times->start, t);
+      g_array_append_val (times->end, e);
+      t = e;
+    }
+  return times;
+}
+
+void
+gepard_word_times_free (GepardWordTimes *times)
+{
+  if (times == NULL)
+    return;
+  g_ptr_array_unref (times->words);
+  g_array_unref (times->start);
+  g_array_unref (times->end);
+  g_free (times);
+}
+
+/* ---- events ---- */
+
+static JsonBuilder *
+begin_event (const char *type, const char *context_id, gboolean done, int status_code)
+{
+  JsonBuilder *b = json_builder_new ();
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "type");
+  json_builder_add_string_value (b, type);
+  json_builder_set_member_name (b, "context_id");
+  if (context_id != NULL)
+    json_builder_add_string_value (b, context_id);
+  else
+    json_builder_add_null_value (b);
+  json_builder_set_member_name (b, "done");
+  json_builder_add_boolean_value (b, done);
+  json_builder_set_member_name (b, "status_code");
+  json_builder_add_int_value (b, status_code);
+  return b;
+}
+
+static char *
+end_event (JsonBuilder *b)
+{
+  json_builder_end_object (b);
+  g_autoptr (JsonNode) root = json_builder_get_root (b);
+  g_object_unref (b);
+  return json_to_string (root, FALSE);
+}
+
+char *
+gepard_event_chunk (const char *context_id, const guint8 *audio, gsize size, double step_time_ms,
+                    guint flush_id)
+{
+  JsonBuilder *b = begin_event ("chunk", context_id, FALSE, 206);
+  g_autofree char *data = g_base64_encode (audio, size);
+  json_builder_set_member_name (b, "data");
+  json_builder_add_string_value (b, data);
+  json_builder_set_member_name (b, "step_time");
+  json_builder_add_double_value (b, step_time_ms);
+  if (flush_id > 0)
+    {
+      json_builder_set_member_name (b, "flush_id");
+      json_builder_add_int_value (b, flush_id);
+    }
+  return end_event (b);
+}
+
+static void
+add_doubles (JsonBuilder *b, const char *name, GArray *values)
+{
+  json_builder_set_member_name (b, name);
+  json_builder_begin_array (b);
+  for (guint i = 0; i < values->len; i++)
+    json_builder_add_double_value (b, g_array_index (values, double, i));
+  json_builder_end_array (b);
+}
+
+char *
+gepard_event_timestamps (const char *context_id, const GepardWordTimes *times)
+{
+  JsonBuilder *b = begin_event ("timestamps", context_id, FALSE, 206);
+  json_builder_set_member_name (b, "word_timestamps");
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "words");
+  json_builder_begin_array (b);
+  for (guint i = 0; i < times->words->len; i++)
+    json_builder_add_string_value (b, g_ptr_array_index (times->words, i));
+  json_builder_end_array (b);
+  add_doubles (b, "start", times->start);
+  add_doubles (b, "end", times->end);
+  json_builder_end_object (b);
+  return end_event (b);
+}
+
+char *
+gepard_event_flush_done (const char *context_id, guint flush_id)
+{
+  JsonBuilder *b = begin_event ("flush_done", context_id, FALSE, 206);
+  json_builder_set_member_name (b, "flush_done");
+  json_builder_add_boolean_value (b, TRUE);
+  json_builder_set_member_name (b, "flush_id");
+  json_builder_add_int_value (b, flush_id);
+  return end_event (b);
+}
+
+char *
+gepard_event_done (const char *context_id)
+{
+  return end_event (begin_event ("done", context_id, TRUE, 200));
+}
+
+char *
+gepard_event_error (const char *context_id, const GError *error, const char *request_id)
+{
+  guint status = gepard_api_error_get_status (error);
+  const char *title = gepard_api_error_get_title (status);
+  const char *message = error != NULL && error->domain == GEPARD_API_ERROR
+                            ? error->message
+                            : "The server could not complete the request.";
+  g_autofree char *legacy = g_strdup_printf ("%s: %s", title, message);
+
+  JsonBuilder *b = begin_event ("error", context_id, TRUE, (int)status);
+  json_builder_set_member_name (b, "error");
+  json_builder_add_string_value (b, legacy);
+  json_builder_set_member_name (b, "title");
+  json_builder_add_string_value (b, title);
+  json_builder_set_member_name (b, "message");
+  json_builder_add_string_value (b, message);
+  json_builder_set_member_name (b, "error_code");
+  json_builder_add_string_value (b, gepard_api_error_get_code (error));
+  json_builder_set_member_name (b, "request_id");
+  json_builder_add_string_value (b, request_id);
+  return end_event (b);
+}

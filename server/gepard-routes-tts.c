@@ -1,0 +1,331 @@
+/* gepard-routes-tts.c: POST /tts/bytes and POST /tts/sse (cartesia-protocol.md §2.1, §2.2).
+ *
+ * Each request is one generation whose audio streams out as it is produced: the response is
+ * paused until the first audio, so that an error before it still gets its own status, then
+ * written chunk by chunk. A client that goes away stops its generation. */
+#include "gepard-server.h"
+
+#include <string.h>
+
+typedef struct
+{
+  GepardServer *server;
+  SoupServerMessage *msg;
+  GepardTtsSession *session; /* NULL once ended */
+  gboolean sse;
+  gboolean add_timestamps;
+  GepardOutputFormat format;
+  char *context_id; /* echoed in SSE events */
+  char *request_id;
+  guint version;
+  gboolean responding; /* status and headers are set */
+  gint64 last_chunk_time;
+} HttpGeneration;
+
+gboolean
+gepard_server_prepare_generation (GepardServer *server, const char *voice_id,
+                                  const GepardOutputFormat *format, GepardTtsSessionSetup *setup,
+                                  GError **error)
+{
+  if (server->engine == NULL)
+    {
+      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_UNAVAILABLE,
+                   "The server is not ready: %s", server->loading_reason);
+      return FALSE;
+    }
+  if (voice_id == NULL)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "voice is required: give a voice id such as \"default\"");
+      return FALSE;
+    }
+  g_autoptr (GepardVoice) voice = gepard_voice_store_lookup (server->voices, voice_id);
+  if (voice == NULL)
+    {
+      g_autofree char *shown = g_utf8_make_valid (voice_id, MIN (strlen (voice_id), 128));
+      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_VOICE_NOT_FOUND,
+                   "Voice \"%s\" not found", shown);
+      return FALSE;
+    }
+  if (gepard_metrics_get_active_contexts (server->metrics) >= (guint)server->config.max_contexts)
+    {
+      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_TOO_MANY_CONTEXTS,
+                   "Too many generations at once: this server runs at most %d",
+                   server->config.max_contexts);
+      return FALSE;
+    }
+  const char *description
+      = g_hash_table_lookup (server->pipelines, gepard_output_format_pipeline_name (format));
+  if (description == NULL)
+    {
+      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_INTERNAL,
+                   "No pipeline description for this output format");
+      return FALSE;
+    }
+
+  memset (setup, 0, sizeof *setup);
+  setup->engine = server->engine;
+  setup->description = description;
+  setup->model = server->config.model;
+  setup->device = server->config.device;
+  setup->codec_path = server->config.codec;
+  setup->format = *format;
+  setup->max_frames = server->config.max_frames;
+  /* the caller's string: it outlives the setup, which gepard_tts_session_new copies */
+  setup->voice_id = voice_id;
+  return TRUE;
+}
+
+static void
+http_generation_free (gpointer data)
+{
+  HttpGeneration *g = data;
+  g_free (g->context_id);
+  g_free (g->request_id);
+  g_free (g);
+}
+
+static void
+append_text (SoupServerMessage *msg, char *text)
+{
+  soup_message_body_append (soup_server_message_get_response_body (msg), SOUP_MEMORY_TAKE, text,
+                            strlen (text));
+}
+
+static void
+send_sse_event (HttpGeneration *g, const char *event_name, char *json)
+{
+  char *frame = event_name != NULL ? g_strdup_printf ("event: %s\ndata: %s\n\n", event_name, json)
+                                   : g_strdup_printf ("data: %s\n\n", json);
+  g_free (json);
+  append_text (g->msg, frame);
+}
+
+static void
+begin_response (HttpGeneration *g)
+{
+  SoupMessageHeaders *headers = soup_server_message_get_response_headers (g->msg);
+
+  g->responding = TRUE;
+  soup_server_message_set_status (g->msg, SOUP_STATUS_OK, NULL);
+  soup_message_headers_set_encoding (headers, SOUP_ENCODING_CHUNKED);
+  if (g->sse)
+    {
+      soup_message_headers_set_content_type (headers, "text/event-stream", NULL);
+      soup_message_headers_replace (headers, "Cache-Control", "no-cache");
+      return;
+    }
+  soup_message_headers_set_content_type (headers, gepard_output_format_content_type (&g->format),
+                                         NULL);
+  if (g->format.container == GEPARD_CONTAINER_WAV)
+    {
+      g_autoptr (GBytes) header = gepard_output_format_wav_header (&g->format);
+      soup_message_body_append_bytes (soup_server_message_get_response_body (g->msg), header);
+    }
+}
+
+/* The generation is over, one way or another: stop it and account for it. */
+static void
+end_generation (HttpGeneration *g, const char *outcome)
+{
+  if (g->session == NULL)
+    return;
+  double latency = gepard_tts_session_get_first_audio_latency (g->session);
+  if (latency >= 0)
+    gepard_metrics_observe_first_audio (g->server->metrics, latency);
+  gepard_tts_session_close (g_steal_pointer (&g->session));
+  gepard_metrics_context_ended (g->server->metrics, outcome);
+}
+
+static void
+on_audio (GepardTtsSession *session, GBytes *audio, gpointer user_data)
+{
+  HttpGeneration *g = user_data;
+  gint64 now = g_get_monotonic_time ();
+
+  if (!g->responding)
+    begin_response (g);
+  if (g->sse)
+    {
+      gsize size;
+      const guint8 *data = g_bytes_get_data (audio, &size);
+      send_sse_event (
+          g, NULL,
+          gepard_event_chunk (g->context_id, data, size, (now - g->last_chunk_time) / 1000.0, 0));
+    }
+  else
+    soup_message_body_append_bytes (soup_server_message_get_response_body (g->msg), audio);
+  g->last_chunk_time = now;
+  soup_server_message_unpause (g->msg);
+}
+
+static void
+on_sentence (GepardTtsSession *session, const char *text, double start, double end,
+             gpointer user_data)
+{
+  HttpGeneration *g = user_data;
+  if (!g->sse || !g->add_timestamps)
+    return;
+  if (!g->responding)
+    begin_response (g);
+  g_autoptr (GepardWordTimes) times = gepard_word_times_new (text, start, end);
+  if (times->words->len > 0)
+    send_sse_event (g, NULL, gepard_event_timestamps (g->context_id, times));
+  soup_server_message_unpause (g->msg);
+}
+
+static void
+on_done (GepardTtsSession *session, const GError *error, gpointer user_data)
+{
+  HttpGeneration *g = user_data;
+
+  if (error != NULL && !g->responding)
+    gepard_http_send_error (g->msg, g->version, error, g->request_id);
+  else
+    {
+      if (!g->responding)
+        begin_response (g);
+      /* after audio has gone out the status cannot change: SSE says so in an event, raw
+       * audio just ends early */
+      if (g->sse)
+        send_sse_event (g, error != NULL ? "error" : NULL,
+                        error != NULL ? gepard_event_error (g->context_id, error, g->request_id)
+                                      : gepard_event_done (g->context_id));
+      soup_message_body_complete (soup_server_message_get_response_body (g->msg));
+    }
+  end_generation (g, error != NULL ? "error" : "done");
+  soup_server_message_unpause (g->msg);
+}
+
+static const GepardTtsSessionCallbacks http_callbacks = {
+    on_audio,
+    on_sentence,
+    NULL,
+    on_done,
+};
+
+static void
+free_closure_data (gpointer data, GClosure *closure)
+{
+  http_generation_free (data);
+}
+
+static void
+on_message_finished (SoupServerMessage *msg, gpointer user_data)
+{
+  /* still generating: the client went away */
+  end_generation (user_data, "disconnected");
+}
+
+static gboolean
+transcript_is_blank (const char *text)
+{
+  for (const char *p = text; *p != '\0'; p = g_utf8_next_char (p))
+    if (!g_unichar_isspace (g_utf8_get_char (p)))
+      return FALSE;
+  return TRUE;
+}
+
+static gboolean
+start_generation (GepardServer *server, SoupServerMessage *msg, HttpGeneration *g, GError **error)
+{
+  g_autoptr (GBytes) body = gepard_http_get_body (msg, error);
+  if (body == NULL)
+    return FALSE;
+  gsize size;
+  const char *data = g_bytes_get_data (body, &size);
+
+  g_auto (GepardTtsRequest) request = {0};
+  if (!gepard_tts_request_parse (data != NULL ? data : "", size, &request, error))
+    return FALSE;
+  if (request.transcript == NULL || !g_utf8_validate (request.transcript, -1, NULL)
+      || transcript_is_blank (request.transcript))
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "transcript is required and must not be empty");
+      return FALSE;
+    }
+  if (g_utf8_strlen (request.transcript, -1) > server->config.max_transcript_chars)
+    {
+      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_TRANSCRIPT_TOO_LONG,
+                   "transcript is longer than %d characters", server->config.max_transcript_chars);
+      return FALSE;
+    }
+  if (!request.has_output_format)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "output_format is required");
+      return FALSE;
+    }
+  if (g->sse && request.output_format.container != GEPARD_CONTAINER_RAW)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_UNSUPPORTED_FORMAT,
+                           "/tts/sse streams raw audio only: use container raw");
+      return FALSE;
+    }
+
+  GepardTtsSessionSetup setup;
+  if (!gepard_server_prepare_generation (server, request.voice_id, &request.output_format, &setup,
+                                         error))
+    return FALSE;
+  g->format = request.output_format;
+  g->add_timestamps = request.add_timestamps;
+  g->context_id = g_steal_pointer (&request.context_id);
+
+  GepardTtsSession *session = gepard_tts_session_new (&setup, &http_callbacks, g, error);
+  if (session == NULL)
+    return FALSE;
+  if (!gepard_tts_session_start (session, error)
+      || !gepard_tts_session_push_text (session, request.transcript, error))
+    {
+      gepard_tts_session_close (session);
+      return FALSE;
+    }
+  gepard_tts_session_end_input (session);
+  g->session = session;
+  g->last_chunk_time = g_get_monotonic_time ();
+  gepard_metrics_context_started (server->metrics);
+  return TRUE;
+}
+
+static void
+handle (GepardServer *server, SoupServerMessage *msg, guint version, gboolean sse)
+{
+  g_autoptr (GError) error = NULL;
+  HttpGeneration *g = g_new0 (HttpGeneration, 1);
+  g->server = server;
+  g->msg = msg;
+  g->sse = sse;
+  g->version = version;
+  g->request_id = gepard_http_new_request_id ();
+
+  if (!g_str_equal (soup_server_message_get_method (msg), "POST"))
+    g_set_error_literal (&error, GEPARD_API_ERROR, GEPARD_API_ERROR_METHOD_NOT_ALLOWED, "Use POST");
+  if (error != NULL || !start_generation (server, msg, g, &error))
+    {
+      if (gepard_api_error_get_status (error) == 500)
+        g_log_structured (G_LOG_DOMAIN, G_LOG_LEVEL_WARNING, "MESSAGE", "%s: %s", g->request_id,
+                          error->message);
+      gepard_http_send_error (msg, version, error, g->request_id);
+      http_generation_free (g);
+      return;
+    }
+  /* the message lives until it is finished, normally or not; the generation with it */
+  g_signal_connect_data (msg, "finished", G_CALLBACK (on_message_finished), g, free_closure_data,
+                         0);
+  soup_server_message_pause (msg);
+}
+
+void
+gepard_routes_tts_bytes (GepardServer *server, SoupServerMessage *msg, GHashTable *query,
+                         guint version)
+{
+  handle (server, msg, version, FALSE);
+}
+
+void
+gepard_routes_tts_sse (GepardServer *server, SoupServerMessage *msg, GHashTable *query,
+                       guint version)
+{
+  handle (server, msg, version, TRUE);
+}

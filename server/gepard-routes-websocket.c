@@ -1,0 +1,424 @@
+/* gepard-routes-websocket.c: /tts/websocket, many contexts on one socket (cartesia-protocol.md
+ * §3).
+ *
+ * Every context is its own generation. Its events carry its context_id; it ends with exactly one
+ * done or error, after which nothing more is sent for it, and a cancel ends it silently. Ids of
+ * ended contexts are remembered for a while so that late input for them (a closing message
+ * racing a cancel) is dropped rather than starting a generation nobody waits for. */
+#include "gepard-server.h"
+
+#include <string.h>
+
+/* how many ended context ids a socket remembers */
+#define MAX_REMEMBERED_IDS 1024
+
+typedef struct
+{
+  GepardServer *server;
+  SoupWebsocketConnection *conn;
+  GHashTable *contexts; /* id → WsContext */
+  GHashTable *ended;    /* ids of ended contexts */
+  GQueue ended_order;   /* the same ids, oldest first (owned by `ended`) */
+} WsConnection;
+
+typedef struct
+{
+  WsConnection *conn;
+  char *id;
+  GepardTtsSession *session;
+  gboolean add_timestamps;
+  glong chars;
+  gint64 last_chunk_time;
+} WsContext;
+
+static void
+send_text (WsConnection *c, char *text)
+{
+  if (soup_websocket_connection_get_state (c->conn) == SOUP_WEBSOCKET_STATE_OPEN)
+    soup_websocket_connection_send_text (c->conn, text);
+  g_free (text);
+}
+
+static void
+send_error (WsConnection *c, const char *context_id, const GError *error)
+{
+  g_autofree char *request_id = gepard_http_new_request_id ();
+  if (gepard_api_error_get_status (error) == 500)
+    g_log_structured (G_LOG_DOMAIN, G_LOG_LEVEL_WARNING, "MESSAGE", "%s: context %s: %s",
+                      request_id, context_id != NULL ? context_id : "(none)", error->message);
+  send_text (c, gepard_event_error (context_id, error, request_id));
+}
+
+static void
+remember_ended (WsConnection *c, const char *id)
+{
+  if (g_hash_table_contains (c->ended, id))
+    return;
+  char *copy = g_strdup (id);
+  g_hash_table_add (c->ended, copy);
+  g_queue_push_tail (&c->ended_order, copy);
+  if (g_queue_get_length (&c->ended_order) > MAX_REMEMBERED_IDS)
+    g_hash_table_remove (c->ended, g_queue_pop_head (&c->ended_order));
+}
+
+static void
+context_free (gpointer data)
+{
+  WsContext *ctx = data;
+  g_free (ctx->id);
+  g_free (ctx);
+}
+
+/* Stops the context's generation and forgets it; nothing is sent for it afterwards. */
+static void
+end_context (WsContext *ctx, const char *outcome)
+{
+  WsConnection *c = ctx->conn;
+  double latency = gepard_tts_session_get_first_audio_latency (ctx->session);
+  if (latency >= 0)
+    gepard_metrics_observe_first_audio (c->server->metrics, latency);
+  gepard_tts_session_close (g_steal_pointer (&ctx->session));
+  gepard_metrics_context_ended (c->server->metrics, outcome);
+  remember_ended (c, ctx->id);
+  g_hash_table_remove (c->contexts, ctx->id); /* frees ctx */
+}
+
+/* ---- generation events ---- */
+
+static void
+on_audio (GepardTtsSession *session, GBytes *audio, gpointer user_data)
+{
+  WsContext *ctx = user_data;
+  gint64 now = g_get_monotonic_time ();
+  gsize size;
+  const guint8 *data = g_bytes_get_data (audio, &size);
+  send_text (ctx->conn,
+             gepard_event_chunk (ctx->id, data, size, (now - ctx->last_chunk_time) / 1000.0, 0));
+  ctx->last_chunk_time = now;
+}
+
+static void
+on_sentence (GepardTtsSession *session, const char *text, double start, double end,
+             gpointer user_data)
+{
+  WsContext *ctx = user_data;
+  if (!ctx->add_timestamps)
+    return;
+  g_autoptr (GepardWordTimes) times = gepard_word_times_new (text, start, end);
+  if (times->words->len > 0)
+    send_text (ctx->conn, gepard_event_timestamps (ctx->id, times));
+}
+
+static void
+on_flushed (GepardTtsSession *session, guint flush_id, gpointer user_data)
+{
+  WsContext *ctx = user_data;
+  send_text (ctx->conn, gepard_event_flush_done (ctx->id, flush_id));
+}
+
+static void
+on_done (GepardTtsSession *session, const GError *error, gpointer user_data)
+{
+  WsContext *ctx = user_data;
+  if (error != NULL)
+    send_error (ctx->conn, ctx->id, error);
+  else
+    send_text (ctx->conn, gepard_event_done (ctx->id));
+  end_context (ctx, error != NULL ? "error" : "done");
+}
+
+static const GepardTtsSessionCallbacks ws_callbacks = {
+    on_audio,
+    on_sentence,
+    on_flushed,
+    on_done,
+};
+
+/* ---- client messages ---- */
+
+static gboolean
+is_blank (const char *text)
+{
+  if (text == NULL)
+    return TRUE;
+  for (const char *p = text; *p != '\0'; p = g_utf8_next_char (p))
+    if (!g_unichar_isspace (g_utf8_get_char (p)))
+      return FALSE;
+  return TRUE;
+}
+
+static WsContext *
+open_context (WsConnection *c, const char *id, GepardTtsRequest *request, GError **error)
+{
+  GepardServer *server = c->server;
+
+  if (!request->continue_ && is_blank (request->transcript) && !request->flush)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "transcript must not be empty");
+      return NULL;
+    }
+  if (g_hash_table_size (c->contexts) >= (guint)server->config.max_contexts_per_socket)
+    {
+      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_TOO_MANY_CONTEXTS,
+                   "Too many contexts at once on this connection: at most %d",
+                   server->config.max_contexts_per_socket);
+      return NULL;
+    }
+  if (!request->has_output_format)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "output_format is required");
+      return NULL;
+    }
+  if (request->output_format.container != GEPARD_CONTAINER_RAW)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_UNSUPPORTED_FORMAT,
+                           "WebSocket contexts stream raw audio only: use container raw");
+      return NULL;
+    }
+  GepardTtsSessionSetup setup;
+  if (!gepard_server_prepare_generation (server, request->voice_id, &request->output_format, &setup,
+                                         error))
+    return NULL;
+
+  WsContext *ctx = g_new0 (WsContext, 1);
+  ctx->conn = c;
+  ctx->id = g_strdup (id);
+  ctx->add_timestamps = request->add_timestamps;
+  ctx->last_chunk_time = g_get_monotonic_time ();
+  ctx->session = gepard_tts_session_new (&setup, &ws_callbacks, ctx, error);
+  if (ctx->session == NULL || !gepard_tts_session_start (ctx->session, error))
+    {
+      gepard_tts_session_close (ctx->session);
+      context_free (ctx);
+      return NULL;
+    }
+  g_hash_table_insert (c->contexts, ctx->id, ctx);
+  gepard_metrics_context_started (server->metrics);
+  return ctx;
+}
+
+/* Feeds one message's text, flush and end to its context. */
+static gboolean
+continue_context (WsContext *ctx, GepardTtsRequest *request, GError **error)
+{
+  GepardServer *server = ctx->conn->server;
+
+  if (gepard_tts_session_input_ended (ctx->session))
+    {
+      if (is_blank (request->transcript))
+        return TRUE; /* a repeated closing message */
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "Context has closed: it already received its last input");
+      return FALSE;
+    }
+  if (request->transcript != NULL)
+    {
+      if (!g_utf8_validate (request->transcript, -1, NULL))
+        {
+          g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                               "transcript is not valid UTF-8");
+          return FALSE;
+        }
+      ctx->chars += g_utf8_strlen (request->transcript, -1);
+      if (ctx->chars > server->config.max_transcript_chars)
+        {
+          g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_TRANSCRIPT_TOO_LONG,
+                       "The context's transcripts are longer than %d characters",
+                       server->config.max_transcript_chars);
+          return FALSE;
+        }
+      if (!gepard_tts_session_push_text (ctx->session, request->transcript, error))
+        return FALSE;
+    }
+  ctx->add_timestamps |= request->add_timestamps;
+  if (request->flush)
+    gepard_tts_session_flush (ctx->session);
+  if (!request->continue_)
+    gepard_tts_session_end_input (ctx->session);
+  return TRUE;
+}
+
+static void
+handle_request (WsConnection *c, const char *data, gsize size)
+{
+  g_autoptr (GError) error = NULL;
+  g_auto (GepardTtsRequest) request = {0};
+
+  if (!gepard_tts_request_parse (data, size, &request, &error))
+    {
+      WsContext *ctx = request.context_id != NULL
+                           ? g_hash_table_lookup (c->contexts, request.context_id)
+                           : NULL;
+      if (request.context_id != NULL && g_hash_table_contains (c->ended, request.context_id))
+        return;
+      send_error (c, request.context_id, error);
+      if (ctx != NULL)
+        end_context (ctx, "error");
+      else if (request.context_id != NULL)
+        remember_ended (c, request.context_id);
+      return;
+    }
+
+  if (request.cancel)
+    {
+      /* cancelling a context that has ended (or never was) is a no-op: clients cancel on
+       * barge-in without knowing whether the context is still speaking */
+      WsContext *ctx = request.context_id != NULL
+                           ? g_hash_table_lookup (c->contexts, request.context_id)
+                           : NULL;
+      if (ctx != NULL)
+        end_context (ctx, "cancelled");
+      else if (request.context_id != NULL)
+        remember_ended (c, request.context_id);
+      return;
+    }
+
+  g_autofree char *generated = request.context_id == NULL ? g_uuid_string_random () : NULL;
+  const char *id = request.context_id != NULL ? request.context_id : generated;
+  if (g_hash_table_contains (c->ended, id))
+    {
+      g_log_structured (G_LOG_DOMAIN, G_LOG_LEVEL_DEBUG, "MESSAGE",
+                        "input for the ended context %s dropped", id);
+      return;
+    }
+
+  WsContext *ctx = g_hash_table_lookup (c->contexts, id);
+  if (ctx == NULL)
+    {
+      ctx = open_context (c, id, &request, &error);
+      if (ctx == NULL)
+        {
+          send_error (c, id, error);
+          remember_ended (c, id);
+          return;
+        }
+    }
+  if (!continue_context (ctx, &request, &error))
+    {
+      send_error (c, id, error);
+      end_context (ctx, "error");
+    }
+}
+
+static void
+on_message (SoupWebsocketConnection *conn, SoupWebsocketDataType type, GBytes *message,
+            gpointer user_data)
+{
+  WsConnection *c = user_data;
+
+  if (type != SOUP_WEBSOCKET_DATA_TEXT)
+    {
+      g_autoptr (GError) error = g_error_new_literal (
+          GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST, "Send requests as JSON text frames");
+      send_error (c, NULL, error);
+      return;
+    }
+  gsize size;
+  const char *data = g_bytes_get_data (message, &size);
+  if (size > (gsize)c->server->config.max_body_bytes)
+    {
+      g_autoptr (GError) error
+          = g_error_new (GEPARD_API_ERROR, GEPARD_API_ERROR_PAYLOAD_TOO_LARGE,
+                         "The message is larger than %" G_GINT64_FORMAT " bytes",
+                         c->server->config.max_body_bytes);
+      send_error (c, NULL, error);
+      return;
+    }
+  handle_request (c, data != NULL ? data : "", size);
+}
+
+static void
+on_closed (SoupWebsocketConnection *conn, gpointer user_data)
+{
+  WsConnection *c = user_data;
+  GHashTableIter iter;
+  gpointer value;
+
+  /* the client went away (LiveKit closes the socket on barge-in): stop everything it started */
+  g_hash_table_iter_init (&iter, c->contexts);
+  while (g_hash_table_iter_next (&iter, NULL, &value))
+    {
+      WsContext *ctx = value;
+      double latency = gepard_tts_session_get_first_audio_latency (ctx->session);
+      if (latency >= 0)
+        gepard_metrics_observe_first_audio (c->server->metrics, latency);
+      gepard_tts_session_close (g_steal_pointer (&ctx->session));
+      gepard_metrics_context_ended (c->server->metrics, "disconnected");
+      g_hash_table_iter_remove (&iter);
+    }
+  gepard_metrics_websocket_closed (c->server->metrics);
+}
+
+static void
+connection_free (gpointer data, GClosure *closure)
+{
+  WsConnection *c = data;
+  g_hash_table_unref (c->contexts);
+  g_queue_clear (&c->ended_order);
+  g_hash_table_unref (c->ended);
+  g_free (c);
+}
+
+static void
+on_websocket (SoupServer *soup, SoupServerMessage *msg, const char *path,
+              SoupWebsocketConnection *conn, gpointer user_data)
+{
+  GepardServer *server = user_data;
+  WsConnection *c = g_new0 (WsConnection, 1);
+  c->server = server;
+  c->conn = conn; /* kept alive by libsoup while it is open; the closed handler runs last */
+  c->contexts = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, context_free);
+  c->ended = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+  g_queue_init (&c->ended_order);
+  /* events carry both error shapes, so the version needs no remembering */
+  soup_websocket_connection_set_max_incoming_payload_size (conn,
+                                                           (guint64)server->config.max_body_bytes);
+  g_object_ref (conn);
+  g_signal_connect (conn, "message", G_CALLBACK (on_message), c);
+  g_signal_connect_data (conn, "closed", G_CALLBACK (on_closed), c, connection_free, 0);
+  g_signal_connect (conn, "closed", G_CALLBACK (g_object_unref), NULL);
+  gepard_metrics_websocket_opened (server->metrics);
+}
+
+/* Runs before the upgrade: a refused key or origin fails the handshake with its status, as
+ * clients expect (cartesia-protocol.md §3.1). */
+static void
+check_upgrade (SoupServer *soup, SoupServerMessage *msg, const char *path, GHashTable *query,
+               gpointer user_data)
+{
+  GepardServer *server = user_data;
+  g_autoptr (GError) error = NULL;
+  guint version = gepard_http_get_version (msg, query, TRUE);
+  const char *origin
+      = soup_message_headers_get_one (soup_server_message_get_request_headers (msg), "Origin");
+
+  if (!gepard_http_check_api_key (server, msg, query))
+    error = g_error_new_literal (GEPARD_API_ERROR, GEPARD_API_ERROR_UNAUTHORIZED,
+                                 "Invalid or missing API key");
+  /* browsers send an Origin: only configured ones may open a socket with a key they hold */
+  else if (origin != NULL && !gepard_server_config_allows_origin (&server->config, origin))
+    error = g_error_new_literal (GEPARD_API_ERROR, GEPARD_API_ERROR_FORBIDDEN,
+                                 "This origin may not connect");
+  else if (server->engine == NULL)
+    error = g_error_new (GEPARD_API_ERROR, GEPARD_API_ERROR_UNAVAILABLE,
+                         "The server is not ready: %s", server->loading_reason);
+  if (error != NULL)
+    {
+      g_autofree char *request_id = gepard_http_new_request_id ();
+      gepard_http_send_error (msg, version, error, request_id);
+    }
+}
+
+void
+gepard_routes_websocket_register (GepardServer *server)
+{
+  soup_server_add_handler (server->soup, "/tts/websocket", check_upgrade, server, NULL);
+  soup_server_add_websocket_handler (server->soup, "/tts/websocket", NULL, NULL, on_websocket,
+                                     server, NULL);
+  /* Without compression the payload limit is the size of the message itself; with
+   * permessage-deflate it would apply to the compressed bytes, and a small frame could inflate
+   * to any size. Clients work either way (cartesia-protocol.md §3.1). */
+  soup_server_remove_websocket_extension (server->soup, SOUP_TYPE_WEBSOCKET_EXTENSION_DEFLATE);
+}

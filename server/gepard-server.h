@@ -1,0 +1,76 @@
+/* gepard-server.h: the state every route shares, owned by the main loop's thread. */
+#pragma once
+
+#include "gepard-api-error.h"
+#include "gepard-metrics.h"
+#include "gepard-protocol.h"
+#include "gepard-server-config.h"
+#include "gepard-tts-session.h"
+#include "gepard-voice-store.h"
+
+#include <libsoup/soup.h>
+
+G_BEGIN_DECLS
+
+typedef struct
+{
+  GepardServerConfig config;
+  SoupServer *soup;
+  GepardMetrics *metrics;
+  GHashTable *pipelines; /* file name in pipelines/ → description */
+
+  /* NULL until the model has loaded on its worker thread */
+  GepardEngine *engine;
+  GepardVoiceStore *voices;
+  char *loading_reason; /* why the server is not ready, while engine is NULL */
+} GepardServer;
+
+/* ---- gepard-server-http.c: what every route does the same way ---- */
+
+/* Cartesia-Version from the header or the cartesia_version query parameter; with `query_wins`
+ * (WebSockets) the parameter is preferred. */
+guint gepard_http_get_version (SoupServerMessage *msg, GHashTable *query, gboolean query_wins);
+/* TRUE when no key is configured or the request carries it (api_key or access_token parameter,
+ * X-API-Key, Authorization: Bearer). */
+gboolean gepard_http_check_api_key (GepardServer *server, SoupServerMessage *msg,
+                                    GHashTable *query);
+/* Adds the CORS headers when the request's Origin is configured; answers a preflight (returns
+ * TRUE: nothing more to do). */
+gboolean gepard_http_handle_cors (GepardServer *server, SoupServerMessage *msg);
+/* A complete error response in the shape of `version`. */
+void gepard_http_send_error (SoupServerMessage *msg, guint version, const GError *error,
+                             const char *request_id);
+void gepard_http_send_json (SoupServerMessage *msg, guint status, JsonNode *body);
+/* The request body, or NULL with GEPARD_API_ERROR_PAYLOAD_TOO_LARGE when it was over the limit
+ * (see gepard_http_limit_body). */
+GBytes *gepard_http_get_body (SoupServerMessage *msg, GError **error);
+/* Early handler: keeps at most max_body_bytes of any request body in memory. */
+void gepard_http_limit_body (SoupServer *soup, SoupServerMessage *msg, const char *path,
+                             GHashTable *query, gpointer user_data);
+/* A new request id for error bodies and logs. */
+char *gepard_http_new_request_id (void);
+
+/* ---- routes ---- */
+
+/* gepard-routes-tts.c: POST /tts/bytes and POST /tts/sse */
+void gepard_routes_tts_bytes (GepardServer *server, SoupServerMessage *msg, GHashTable *query,
+                              guint version);
+void gepard_routes_tts_sse (GepardServer *server, SoupServerMessage *msg, GHashTable *query,
+                            guint version);
+/* gepard-routes-websocket.c: /tts/websocket */
+void gepard_routes_websocket_register (GepardServer *server);
+/* gepard-routes-info.c: /, /health, /metrics, /voices, /voices/{id} */
+void gepard_routes_root (GepardServer *server, SoupServerMessage *msg, guint version);
+void gepard_routes_health (GepardServer *server, SoupServerMessage *msg);
+void gepard_routes_metrics (GepardServer *server, SoupServerMessage *msg);
+void gepard_routes_voices (GepardServer *server, SoupServerMessage *msg, const char *path,
+                           GHashTable *query, guint version);
+
+/* gepard-routes-tts.c: the checks and setup every generation shares */
+/* The session setup for `format` and `voice_id`, or an API error (unknown voice, no model yet,
+ * too many generations). */
+gboolean gepard_server_prepare_generation (GepardServer *server, const char *voice_id,
+                                           const GepardOutputFormat *format,
+                                           GepardTtsSessionSetup *setup, GError **error);
+
+G_END_DECLS
