@@ -182,7 +182,7 @@ run_step (GepardEngine *engine, GPtrArray *admitted)
           continue;
         }
       /* §3.4: no stop check before the first frame */
-      if (u->n_frames > 0 && gepard_stop_decision (stops[k]))
+      if (u->n_frames > 0 && !u->sampling.ignore_stop && gepard_stop_decision (stops[k]))
         {
           utterance_end (u, GEPARD_UTTERANCE_STOPPED);
           continue;

@@ -19,6 +19,7 @@ gepard_sampling_init_default (GepardSampling *sampling)
   sampling->max_frames = 2000;
   sampling->cfg_scale = 1.0f;
   sampling->seed = 0;
+  sampling->ignore_stop = FALSE;
 }
 
 int
@@ -276,7 +277,7 @@ gepard_generate (const GepardModel *model, const float *prefix, int n_prefix,
     {
       /* the stop is decided on the conditional branch */
       gepard_model_heads (model, state, logits, &stop);
-      if (n_frames > 0 && gepard_stop_decision (stop))
+      if (n_frames > 0 && !sampling->ignore_stop && gepard_stop_decision (stop))
         break;
       if (cfg)
         {

@@ -15,6 +15,7 @@ typedef struct
   int max_frames;           /* 2000 in the reference runner */
   float cfg_scale;          /* §3.4 text CFG: 1 is off (production); else a second branch */
   guint64 seed;
+  gboolean ignore_stop;     /* benchmarks: run to max_frames whatever the stop head says */
 } GepardSampling;
 
 /* temperature 0.4 (the production operating point), top-k off, no penalty, 2000 frames, CFG off,

@@ -2,6 +2,7 @@
  *
  *   gepard-bench lm MODEL [--frames N] [--text-tokens N] [--runs N]
  *   gepard-bench codec CODEC [--steps N] [--streams B] [--threads N]
+ *   gepard-bench engine MODEL [--device D] [--concurrency 1,8,…] [--frames N] [--no-audio]
  *
  * lm: one utterance on the model's CPU path with a forced length (the stop head is ignored, so
  * every run decodes the same number of frames): prefill time, decode step time, real-time factor.
@@ -10,9 +11,16 @@
  * gepard_codec_stream_decode per stream against one gepard_codec_decode_batch per step, in ms per
  * step, for B = 1, 8, 32 and 64 unless --streams is given. Both start from the same histories and
  * decode the same codes, so their samples must be the same bits.
+ *
+ * engine: the whole engine as a server drives it: C utterances submitted at once, each of a
+ * forced length (the stop head ignored, like vLLM's ignore_eos), each stream decoding its frames
+ * through the engine's codec service as they arrive. Per stream: time to first audio (first
+ * decoded PCM; first frame with --no-audio) and real-time factor (time to its last audio over
+ * the audio's duration), as p50/p90/p99, and the aggregate: audio seconds per wall second.
  */
 #include "gepard-checkpoint.h"
 #include "gepard-codec.h"
+#include "gepard-engine.h"
 #include "gepard-generate.h"
 #include "gepard-model.h"
 
@@ -219,10 +227,213 @@ bench_codec (const char *path, int steps, int only_streams, int threads)
   return all_same ? 0 : 1;
 }
 
+/* ---- engine ---- */
+
+typedef struct
+{
+  GMutex lock;
+  GCond cond;
+  GArray *codes; /* frames sampled, not yet decoded */
+  gboolean ended;
+  int n_frames;
+  GepardAudioDecoder *decoder; /* NULL with --no-audio */
+  gint64 start, first_audio, done;
+} BenchStream;
+
+static void
+bench_on_frame (GepardUtterance *u, const gint32 *codes, int index, gpointer data)
+{
+  BenchStream *s = data;
+  g_mutex_lock (&s->lock);
+  if (s->decoder == NULL && s->first_audio == 0)
+    s->first_audio = g_get_monotonic_time ();
+  g_array_append_vals (s->codes, codes, GEPARD_MAX_AUDIO_HEADS);
+  s->n_frames++;
+  g_cond_signal (&s->cond);
+  g_mutex_unlock (&s->lock);
+}
+
+static void
+bench_on_done (GepardUtterance *u, GepardUtteranceEnd end, int n_frames, gpointer data)
+{
+  BenchStream *s = data;
+  g_mutex_lock (&s->lock);
+  s->ended = TRUE;
+  if (s->decoder == NULL)
+    s->done = g_get_monotonic_time ();
+  g_cond_signal (&s->cond);
+  g_mutex_unlock (&s->lock);
+}
+
+/* A stream's consumer, as gepardcodec is: decodes what has arrived, as soon as it arrives. */
+static gpointer
+bench_decode_thread (gpointer data)
+{
+  BenchStream *s = data;
+  g_autoptr (GArray) taken = g_array_new (FALSE, FALSE, sizeof (gint32));
+  g_autofree float *samples = NULL;
+  gsize capacity = 0;
+  int spf
+      = gepard_codec_get_config (gepard_audio_decoder_get_codec (s->decoder))->samples_per_frame;
+
+  for (;;)
+    {
+      g_mutex_lock (&s->lock);
+      while (s->codes->len == 0 && !s->ended)
+        g_cond_wait (&s->cond, &s->lock);
+      GArray *swap = s->codes;
+      s->codes = taken;
+      taken = swap;
+      gboolean ended = s->ended;
+      g_mutex_unlock (&s->lock);
+
+      int n = taken->len / GEPARD_MAX_AUDIO_HEADS;
+      if (n > 0)
+        {
+          if ((gsize)n * spf > capacity)
+            {
+              capacity = (gsize)n * spf;
+              samples = g_renew (float, samples, capacity);
+            }
+          g_assert (gepard_audio_decoder_decode (s->decoder, (const gint32 *)taken->data, n,
+                                                 samples, NULL));
+          if (s->first_audio == 0)
+            s->first_audio = g_get_monotonic_time ();
+          g_array_set_size (taken, 0);
+        }
+      else if (ended)
+        break;
+    }
+  s->done = g_get_monotonic_time ();
+  return NULL;
+}
+
+static double
+percentile (double *values, int n, double p)
+{
+  qsort (values, n, sizeof (double), compare_double);
+  return values[MIN (n - 1, (int)(p * n))];
+}
+
+static int
+bench_engine (const char *path, const char *device, const char *concurrency, int n_frames,
+              int n_text, gboolean audio)
+{
+  g_autoptr (GError) error = NULL;
+  g_auto (GStrv) levels = g_strsplit (concurrency, ",", -1);
+  int max_c = 1;
+  for (guint i = 0; levels[i] != NULL; i++)
+    max_c = MAX (max_c, atoi (levels[i]));
+
+  GepardEngineOptions options;
+  gepard_engine_options_init (&options);
+  options.max_batch = max_c;
+  gint64 t0 = g_get_monotonic_time ();
+  g_autoptr (GepardEngine) engine = gepard_engine_new (path, device, &options, &error);
+  if (engine == NULL)
+    {
+      g_printerr ("gepard-bench: %s\n", error->message);
+      return 1;
+    }
+  if (audio && gepard_engine_get_codec (engine) == NULL)
+    {
+      g_printerr ("gepard-bench: the model has no codec; use --no-audio\n");
+      return 1;
+    }
+  const GepardModelConfig *c = gepard_engine_get_config (engine);
+  g_print ("model %s (%d layers, hidden %d) on %s, loaded in %.1f s\n", path, c->n_layers,
+           c->hidden_size, gepard_engine_get_device_description (engine),
+           (g_get_monotonic_time () - t0) / 1e6);
+  g_print ("%d frames per utterance (%.2f s of audio), %d text tokens, %s\n", n_frames,
+           n_frames / c->frame_rate_hz, n_text,
+           audio ? "through the codec service" : "frames only (--no-audio)");
+  g_print ("%6s %10s %10s %10s %8s %8s %8s %12s %9s\n", "C", "TTFA p50", "p90", "p99", "RTF p50",
+           "p90", "p99", "aggregate", "wall");
+
+  g_autofree gint32 *text = g_new (gint32, n_text);
+  for (int i = 0; i < n_text; i++)
+    text[i] = 100 + (i * 7919) % MAX (1, c->tokenizer_length - 200);
+  GepardSampling sampling;
+  gepard_sampling_init_default (&sampling);
+  sampling.max_frames = n_frames;
+  sampling.ignore_stop = TRUE;
+  const GepardUtteranceCallbacks callbacks = {bench_on_frame, bench_on_done};
+  double audio_s = n_frames / c->frame_rate_hz;
+
+  for (guint level = 0; levels[level] != NULL; level++)
+    {
+      int n = atoi (levels[level]);
+      if (n < 1)
+        continue;
+      g_autofree BenchStream *streams = g_new0 (BenchStream, n);
+      g_autofree GThread **threads = g_new0 (GThread *, n);
+      g_autofree GepardUtterance **utterances = g_new0 (GepardUtterance *, n);
+      for (int i = 0; i < n; i++)
+        {
+          g_mutex_init (&streams[i].lock);
+          g_cond_init (&streams[i].cond);
+          streams[i].codes = g_array_new (FALSE, FALSE, sizeof (gint32));
+          if (audio)
+            streams[i].decoder = gepard_engine_new_audio_decoder (engine, NULL);
+        }
+      gint64 start = g_get_monotonic_time ();
+      for (int i = 0; i < n; i++)
+        {
+          streams[i].start = g_get_monotonic_time ();
+          sampling.seed = i;
+          utterances[i] = gepard_engine_submit (engine, text, n_text, NULL, 0, &sampling,
+                                                &callbacks, &streams[i], NULL, &error);
+          if (utterances[i] == NULL)
+            {
+              g_printerr ("gepard-bench: %s\n", error->message);
+              return 1;
+            }
+          if (audio)
+            threads[i] = g_thread_new ("bench-decode", bench_decode_thread, &streams[i]);
+        }
+      /* wait for every stream's last audio */
+      for (int i = 0; i < n; i++)
+        {
+          if (audio)
+            g_thread_join (threads[i]);
+          else
+            {
+              g_mutex_lock (&streams[i].lock);
+              while (!streams[i].ended)
+                g_cond_wait (&streams[i].cond, &streams[i].lock);
+              g_mutex_unlock (&streams[i].lock);
+            }
+        }
+      gint64 end = start;
+      g_autofree double *ttfa = g_new (double, n);
+      g_autofree double *rtf = g_new (double, n);
+      for (int i = 0; i < n; i++)
+        {
+          BenchStream *s = &streams[i];
+          ttfa[i] = (s->first_audio - s->start) / 1e3;
+          rtf[i] = (s->done - s->start) / 1e6 / audio_s;
+          end = MAX (end, s->done);
+          gepard_utterance_unref (utterances[i]);
+          gepard_audio_decoder_free (s->decoder);
+          g_array_unref (s->codes);
+          g_mutex_clear (&s->lock);
+          g_cond_clear (&s->cond);
+        }
+      double wall = (end - start) / 1e6;
+      g_print ("%6d %8.1fms %8.1fms %8.1fms %8.4f %8.4f %8.4f %10.1fx %8.2fs\n", n,
+               percentile (ttfa, n, 0.5), percentile (ttfa, n, 0.9), percentile (ttfa, n, 0.99),
+               percentile (rtf, n, 0.5), percentile (rtf, n, 0.9), percentile (rtf, n, 0.99),
+               n * audio_s / wall, wall);
+    }
+  return 0;
+}
+
 int
 main (int argc, char **argv)
 {
   int frames = 200, text_tokens = 20, runs = 3, steps = 5, streams = 0, threads = 0;
+  gboolean no_audio = FALSE;
+  g_autofree char *device = NULL, *concurrency = NULL;
   g_auto (GStrv) rest = NULL;
   GOptionEntry entries[] = {
       {"frames", 0, 0, G_OPTION_ARG_INT, &frames, "lm: frames per utterance (200)", "N"},
@@ -234,11 +445,16 @@ main (int argc, char **argv)
        "B"},
       {"threads", 0, 0, G_OPTION_ARG_INT, &threads,
        "codec: worker threads (default: $GEPARD_CODEC_THREADS or all processors)", "N"},
+      {"device", 0, 0, G_OPTION_ARG_STRING, &device, "engine: auto, cpu, cuda or cuda:N (auto)",
+       "D"},
+      {"concurrency", 0, 0, G_OPTION_ARG_STRING, &concurrency,
+       "engine: concurrent streams, comma-separated (1,8,32)", "C,…"},
+      {"no-audio", 0, 0, G_OPTION_ARG_NONE, &no_audio, "engine: frames only, no codec", NULL},
       {G_OPTION_REMAINING, 0, 0, G_OPTION_ARG_STRING_ARRAY, &rest, NULL, "lm MODEL | codec CODEC"},
       {NULL},
   };
   g_autoptr (GOptionContext) context
-      = g_option_context_new ("lm MODEL | codec CODEC — speed of Gepard's parts");
+      = g_option_context_new ("lm MODEL | codec CODEC | engine MODEL — speed of Gepard's parts");
   g_option_context_add_main_entries (context, entries, NULL);
   g_autoptr (GError) error = NULL;
   if (!g_option_context_parse (context, &argc, &argv, &error))
@@ -249,12 +465,18 @@ main (int argc, char **argv)
   if (rest != NULL && g_strv_length (rest) == 2 && strcmp (rest[0], "codec") == 0 && steps >= 1
       && streams >= 0 && threads >= 0)
     return bench_codec (rest[1], steps, streams, threads);
+  if (rest != NULL && g_strv_length (rest) == 2 && strcmp (rest[0], "engine") == 0 && frames >= 1
+      && text_tokens >= 1)
+    return bench_engine (rest[1], device ? device : "auto", concurrency ? concurrency : "1,8,32",
+                         frames, text_tokens, !no_audio);
   if (rest == NULL || g_strv_length (rest) != 2 || strcmp (rest[0], "lm") != 0 || frames < 1
       || text_tokens < 1 || runs < 1)
     {
       g_printerr ("gepard-bench: usage: gepard-bench lm MODEL [--frames N] [--text-tokens N] "
                   "[--runs N]\n"
-                  "       gepard-bench codec CODEC [--steps N] [--streams B] [--threads N]\n");
+                  "       gepard-bench codec CODEC [--steps N] [--streams B] [--threads N]\n"
+                  "       gepard-bench engine MODEL [--device D] [--concurrency C,…] [--frames N] "
+                  "[--no-audio]\n");
       return 2;
     }
   return bench_lm (rest[1], frames, text_tokens, runs);
