@@ -445,6 +445,8 @@ scheduler_main (gpointer data)
 
       g_mutex_lock (&engine->lock);
       engine->stats.utterances += ended;
+      /* what runs now, so an idle engine reads 0 */
+      engine->stats.running = engine->running->len;
       g_mutex_unlock (&engine->lock);
     }
 

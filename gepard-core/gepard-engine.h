@@ -74,7 +74,7 @@ gboolean gepard_engine_is_test_model (const GepardEngine *engine);
 
 typedef struct
 {
-  guint running;      /* sequences in the last step */
+  guint running;      /* sequences generating now (0 when idle) */
   guint waiting;      /* utterances not yet admitted */
   guint64 steps;      /* forwards run */
   guint64 frames;     /* frames produced */

@@ -20,7 +20,60 @@ typedef struct
   guint version;
   gboolean responding; /* status and headers are set */
   gint64 last_chunk_time;
+  GepardTtsRequest request; /* while its voice is being fetched */
+  GCancellable *cancellable;
 } HttpGeneration;
+
+static void
+on_voice_resolved (GObject *source, GAsyncResult *result, gpointer user_data)
+{
+  GTask *task = user_data;
+  GError *error = NULL;
+  GepardVoice *voice = gepard_voice_store_get_finish (result, &error);
+  if (voice == NULL)
+    g_task_return_error (task, error);
+  else
+    g_task_return_pointer (task, voice, (GDestroyNotify)gepard_voice_unref);
+  g_object_unref (task);
+}
+
+void
+gepard_server_resolve_voice_async (GepardServer *server, const char *voice_id,
+                                   GCancellable *cancellable, GAsyncReadyCallback callback,
+                                   gpointer user_data)
+{
+  GTask *task = g_task_new (NULL, cancellable, callback, user_data);
+  g_task_set_source_tag (task, gepard_server_resolve_voice_async);
+  if (server->voices == NULL)
+    {
+      g_task_return_new_error (task, GEPARD_API_ERROR, GEPARD_API_ERROR_UNAVAILABLE,
+                               "The server is not ready: %s", server->loading_reason);
+      g_object_unref (task);
+      return;
+    }
+  if (voice_id == NULL)
+    {
+      g_task_return_new_error (task, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                               "voice is required: give a voice id such as \"default\"");
+      g_object_unref (task);
+      return;
+    }
+  /* the engine's registry or the store's cache: no waiting */
+  GepardVoice *voice = gepard_voice_store_lookup (server->voices, voice_id);
+  if (voice != NULL)
+    {
+      g_task_return_pointer (task, voice, (GDestroyNotify)gepard_voice_unref);
+      g_object_unref (task);
+      return;
+    }
+  gepard_voice_store_get_async (server->voices, voice_id, cancellable, on_voice_resolved, task);
+}
+
+GepardVoice *
+gepard_server_resolve_voice_finish (GAsyncResult *result, GError **error)
+{
+  return g_task_propagate_pointer (G_TASK (result), error);
+}
 
 gboolean
 gepard_server_prepare_generation (GepardServer *server, const char *voice_id,
@@ -80,6 +133,8 @@ static void
 http_generation_free (gpointer data)
 {
   HttpGeneration *g = data;
+  gepard_tts_request_clear (&g->request);
+  g_clear_object (&g->cancellable);
   g_free (g->context_id);
   g_free (g->request_id);
   g_free (g);
@@ -213,8 +268,11 @@ free_closure_data (gpointer data, GClosure *closure)
 static void
 on_message_finished (SoupServerMessage *msg, gpointer user_data)
 {
-  /* still generating: the client went away */
-  end_generation (user_data, "disconnected");
+  HttpGeneration *g = user_data;
+  /* still fetching its voice or generating: the client went away */
+  if (g->cancellable != NULL)
+    g_cancellable_cancel (g->cancellable);
+  end_generation (g, "disconnected");
 }
 
 static gboolean
@@ -227,56 +285,68 @@ transcript_is_blank (const char *text)
 }
 
 static gboolean
-start_generation (GepardServer *server, SoupServerMessage *msg, HttpGeneration *g, GError **error)
+check_request (GepardServer *server, const HttpGeneration *g, const GepardTtsRequest *request,
+               GError **error)
+{
+  if (request->transcript == NULL || !g_utf8_validate (request->transcript, -1, NULL)
+      || transcript_is_blank (request->transcript))
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "transcript is required and must not be empty");
+      return FALSE;
+    }
+  if (g_utf8_strlen (request->transcript, -1) > server->config.max_transcript_chars)
+    {
+      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_TRANSCRIPT_TOO_LONG,
+                   "transcript is longer than %d characters", server->config.max_transcript_chars);
+      return FALSE;
+    }
+  if (!request->has_output_format)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "output_format is required");
+      return FALSE;
+    }
+  if (g->sse && request->output_format.container != GEPARD_CONTAINER_RAW)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_UNSUPPORTED_FORMAT,
+                           "/tts/sse streams raw audio only: use container raw");
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* The request, checked, into g->request. */
+static gboolean
+parse_request (GepardServer *server, SoupServerMessage *msg, HttpGeneration *g, GError **error)
 {
   g_autoptr (GBytes) body = gepard_http_get_body (msg, error);
   if (body == NULL)
     return FALSE;
   gsize size;
   const char *data = g_bytes_get_data (body, &size);
+  return gepard_tts_request_parse (data != NULL ? data : "", size, &g->request, error)
+         && check_request (server, g, &g->request, error);
+}
 
-  g_auto (GepardTtsRequest) request = {0};
-  if (!gepard_tts_request_parse (data != NULL ? data : "", size, &request, error))
-    return FALSE;
-  if (request.transcript == NULL || !g_utf8_validate (request.transcript, -1, NULL)
-      || transcript_is_blank (request.transcript))
-    {
-      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
-                           "transcript is required and must not be empty");
-      return FALSE;
-    }
-  if (g_utf8_strlen (request.transcript, -1) > server->config.max_transcript_chars)
-    {
-      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_TRANSCRIPT_TOO_LONG,
-                   "transcript is longer than %d characters", server->config.max_transcript_chars);
-      return FALSE;
-    }
-  if (!request.has_output_format)
-    {
-      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
-                           "output_format is required");
-      return FALSE;
-    }
-  if (g->sse && request.output_format.container != GEPARD_CONTAINER_RAW)
-    {
-      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_UNSUPPORTED_FORMAT,
-                           "/tts/sse streams raw audio only: use container raw");
-      return FALSE;
-    }
-
+/* Once the request's voice is in the engine's registry. */
+static gboolean
+start_generation (GepardServer *server, HttpGeneration *g, GError **error)
+{
+  GepardTtsRequest *request = &g->request;
   GepardTtsSessionSetup setup;
-  if (!gepard_server_prepare_generation (server, request.voice_id, &request.output_format, &setup,
+  if (!gepard_server_prepare_generation (server, request->voice_id, &request->output_format, &setup,
                                          error))
     return FALSE;
-  g->format = request.output_format;
-  g->add_timestamps = request.add_timestamps;
-  g->context_id = g_steal_pointer (&request.context_id);
+  g->format = request->output_format;
+  g->add_timestamps = request->add_timestamps;
+  g->context_id = g_steal_pointer (&request->context_id);
 
   GepardTtsSession *session = gepard_tts_session_new (&setup, &http_callbacks, g, error);
   if (session == NULL)
     return FALSE;
   if (!gepard_tts_session_start (session, error)
-      || !gepard_tts_session_push_text (session, request.transcript, error))
+      || !gepard_tts_session_push_text (session, request->transcript, error))
     {
       gepard_tts_session_close (session);
       return FALSE;
@@ -286,6 +356,35 @@ start_generation (GepardServer *server, SoupServerMessage *msg, HttpGeneration *
   g->last_chunk_time = g_get_monotonic_time ();
   gepard_metrics_context_started (server->metrics);
   return TRUE;
+}
+
+static void
+send_failure (HttpGeneration *g, const GError *error)
+{
+  if (gepard_api_error_get_status (error) == 500)
+    g_log_structured (G_LOG_DOMAIN, G_LOG_LEVEL_WARNING, "MESSAGE", "%s: %s", g->request_id,
+                      error->message);
+  gepard_http_send_error (g->msg, g->version, error, g->request_id);
+}
+
+static void
+on_request_voice (GObject *source, GAsyncResult *result, gpointer user_data)
+{
+  HttpGeneration *g = user_data;
+  /* the reference taken in handle keeps g alive until here */
+  g_autoptr (SoupServerMessage) msg = g->msg;
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GepardVoice) voice = gepard_server_resolve_voice_finish (result, &error);
+
+  /* the client went away meanwhile */
+  if (g_cancellable_is_cancelled (g->cancellable))
+    return;
+  g_clear_object (&g->cancellable);
+  if (voice == NULL || !start_generation (g->server, g, &error))
+    {
+      send_failure (g, error);
+      soup_server_message_unpause (g->msg);
+    }
 }
 
 static void
@@ -301,12 +400,9 @@ handle (GepardServer *server, SoupServerMessage *msg, guint version, gboolean ss
 
   if (!g_str_equal (soup_server_message_get_method (msg), "POST"))
     g_set_error_literal (&error, GEPARD_API_ERROR, GEPARD_API_ERROR_METHOD_NOT_ALLOWED, "Use POST");
-  if (error != NULL || !start_generation (server, msg, g, &error))
+  if (error != NULL || !parse_request (server, msg, g, &error))
     {
-      if (gepard_api_error_get_status (error) == 500)
-        g_log_structured (G_LOG_DOMAIN, G_LOG_LEVEL_WARNING, "MESSAGE", "%s: %s", g->request_id,
-                          error->message);
-      gepard_http_send_error (msg, version, error, g->request_id);
+      send_failure (g, error);
       http_generation_free (g);
       return;
     }
@@ -314,6 +410,10 @@ handle (GepardServer *server, SoupServerMessage *msg, guint version, gboolean ss
   g_signal_connect_data (msg, "finished", G_CALLBACK (on_message_finished), g, free_closure_data,
                          0);
   soup_server_message_pause (msg);
+  g->cancellable = g_cancellable_new ();
+  g_object_ref (msg);
+  gepard_server_resolve_voice_async (server, g->request.voice_id, g->cancellable, on_request_voice,
+                                     g);
 }
 
 void

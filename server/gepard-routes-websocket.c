@@ -19,6 +19,10 @@ typedef struct
   GHashTable *contexts; /* id → WsContext */
   GHashTable *ended;    /* ids of ended contexts */
   GQueue ended_order;   /* the same ids, oldest first (owned by `ended`) */
+  /* While the voice of a new context is fetched from the store, this socket's messages wait here
+   * (GBytes, that context's first), so that they still apply in order. */
+  GQueue waiting;
+  GCancellable *cancellable; /* the fetch, cancelled when the socket closes */
 } WsConnection;
 
 typedef struct
@@ -240,6 +244,18 @@ continue_context (WsContext *ctx, GepardTtsRequest *request, GError **error)
   return TRUE;
 }
 
+static void fetch_voice (WsConnection *c, const char *data, gsize size, const char *voice_id);
+
+/* Whether a new context can open without waiting for its voice (or fails at once anyway). */
+static gboolean
+voice_at_hand (GepardServer *server, const char *voice_id)
+{
+  if (voice_id == NULL || server->voices == NULL)
+    return TRUE;
+  g_autoptr (GepardVoice) voice = gepard_voice_store_lookup (server->voices, voice_id);
+  return voice != NULL;
+}
+
 static void
 handle_request (WsConnection *c, const char *data, gsize size)
 {
@@ -285,6 +301,11 @@ handle_request (WsConnection *c, const char *data, gsize size)
     }
 
   WsContext *ctx = g_hash_table_lookup (c->contexts, id);
+  if (ctx == NULL && !voice_at_hand (c->server, request.voice_id))
+    {
+      fetch_voice (c, data, size, request.voice_id);
+      return;
+    }
   if (ctx == NULL)
     {
       ctx = open_context (c, id, &request, &error);
@@ -300,6 +321,58 @@ handle_request (WsConnection *c, const char *data, gsize size)
       send_error (c, id, error);
       end_context (ctx, "error");
     }
+}
+
+static void
+handle_waiting (WsConnection *c)
+{
+  while (c->cancellable == NULL && !g_queue_is_empty (&c->waiting))
+    {
+      g_autoptr (GBytes) message = g_queue_pop_head (&c->waiting);
+      gsize size;
+      const char *data = g_bytes_get_data (message, &size);
+      handle_request (c, data != NULL ? data : "", size);
+    }
+}
+
+static void
+on_voice_fetched (GObject *source, GAsyncResult *result, gpointer user_data)
+{
+  WsConnection *c = user_data;
+  /* the reference taken in fetch_voice keeps c alive until here */
+  g_autoptr (SoupWebsocketConnection) conn = c->conn;
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GepardVoice) voice = gepard_server_resolve_voice_finish (result, &error);
+
+  if (g_cancellable_is_cancelled (c->cancellable))
+    return;
+  g_clear_object (&c->cancellable);
+  if (voice == NULL)
+    {
+      /* the context that asked for the voice fails; the messages after it go on */
+      g_autoptr (GBytes) message = g_queue_pop_head (&c->waiting);
+      gsize size;
+      const char *data = g_bytes_get_data (message, &size);
+      g_auto (GepardTtsRequest) request = {0};
+      if (gepard_tts_request_parse (data != NULL ? data : "", size, &request, NULL)
+          && request.context_id != NULL)
+        {
+          send_error (c, request.context_id, error);
+          remember_ended (c, request.context_id);
+        }
+      else
+        send_error (c, NULL, error);
+    }
+  handle_waiting (c);
+}
+
+static void
+fetch_voice (WsConnection *c, const char *data, gsize size, const char *voice_id)
+{
+  g_queue_push_head (&c->waiting, g_bytes_new (data, size));
+  c->cancellable = g_cancellable_new ();
+  g_object_ref (c->conn);
+  gepard_server_resolve_voice_async (c->server, voice_id, c->cancellable, on_voice_fetched, c);
 }
 
 static void
@@ -326,7 +399,13 @@ on_message (SoupWebsocketConnection *conn, SoupWebsocketDataType type, GBytes *m
       send_error (c, NULL, error);
       return;
     }
+  if (c->cancellable != NULL)
+    {
+      g_queue_push_tail (&c->waiting, g_bytes_ref (message));
+      return;
+    }
   handle_request (c, data != NULL ? data : "", size);
+  handle_waiting (c);
 }
 
 static void
@@ -337,6 +416,8 @@ on_closed (SoupWebsocketConnection *conn, gpointer user_data)
   gpointer value;
 
   /* the client went away (LiveKit closes the socket on barge-in): stop everything it started */
+  if (c->cancellable != NULL)
+    g_cancellable_cancel (c->cancellable);
   g_hash_table_iter_init (&iter, c->contexts);
   while (g_hash_table_iter_next (&iter, NULL, &value))
     {
@@ -358,6 +439,8 @@ connection_free (gpointer data, GClosure *closure)
   g_hash_table_unref (c->contexts);
   g_queue_clear (&c->ended_order);
   g_hash_table_unref (c->ended);
+  g_queue_clear_full (&c->waiting, (GDestroyNotify)g_bytes_unref);
+  g_clear_object (&c->cancellable);
   g_free (c);
 }
 
@@ -372,6 +455,7 @@ on_websocket (SoupServer *soup, SoupServerMessage *msg, const char *path,
   c->contexts = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, context_free);
   c->ended = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
   g_queue_init (&c->ended_order);
+  g_queue_init (&c->waiting);
   /* events carry both error shapes, so the version needs no remembering */
   soup_websocket_connection_set_max_incoming_payload_size (conn,
                                                            (guint64)server->config.max_body_bytes);

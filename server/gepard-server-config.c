@@ -12,6 +12,7 @@
 #define DEFAULT_MAX_TRANSCRIPT_CHARS 20000
 #define DEFAULT_MAX_CONTEXTS 64
 #define DEFAULT_MAX_CONTEXTS_PER_SOCKET 16
+#define DEFAULT_MAX_CLIP_BYTES (16 * 1024 * 1024)
 
 static void
 env_string (const char *name, char **value)
@@ -109,6 +110,7 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
   g_autofree char *cors = NULL;
   g_autofree char *model = NULL, *codec = NULL, *device = NULL, *host = NULL;
   g_autofree char *tls_cert = NULL, *tls_key = NULL, *pipeline_dir = NULL, *voices_dir = NULL;
+  g_autofree char *data_dir = NULL;
   g_autofree char *cors_flag = NULL;
 
   memset (config, 0, sizeof *config);
@@ -119,6 +121,7 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
   config->max_transcript_chars = DEFAULT_MAX_TRANSCRIPT_CHARS;
   config->max_contexts = DEFAULT_MAX_CONTEXTS;
   config->max_contexts_per_socket = DEFAULT_MAX_CONTEXTS_PER_SOCKET;
+  config->max_clip_bytes = DEFAULT_MAX_CLIP_BYTES;
 
   env_string ("TTS_MODEL", &config->model);
   env_string ("TTS_CODEC", &config->codec);
@@ -130,9 +133,12 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
   env_string ("TTS_TLS_KEY", &config->tls_key);
   env_string ("TTS_PIPELINE_DIR", &config->pipeline_dir);
   env_string ("TTS_VOICES_DIR", &config->voices_dir);
+  env_string ("TTS_DATA_DIR", &config->data_dir);
   if (!env_int ("TTS_PORT", 0, 65535, &config->port, error)
       || !env_number ("TTS_MAX_BODY_BYTES", 1024, G_GINT64_CONSTANT (1) << 32,
                       &config->max_body_bytes, error)
+      || !env_number ("TTS_MAX_CLIP_BYTES", 1024, G_GINT64_CONSTANT (1) << 32,
+                      &config->max_clip_bytes, error)
       || !env_int ("TTS_MAX_TRANSCRIPT_CHARS", 1, 10000000, &config->max_transcript_chars, error)
       || !env_int ("TTS_MAX_CONTEXTS", 1, 100000, &config->max_contexts, error)
       || !env_int ("TTS_MAX_CONTEXTS_PER_SOCKET", 1, 100000, &config->max_contexts_per_socket,
@@ -170,6 +176,12 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
        "Directory of the pipeline descriptions (TTS_PIPELINE_DIR)", "DIR"},
       {"voices-dir", 0, 0, G_OPTION_ARG_FILENAME, &voices_dir,
        "Directory of speaker prefix files <id>.bin to serve as voices (TTS_VOICES_DIR)", "DIR"},
+      {"data-dir", 0, 0, G_OPTION_ARG_FILENAME, &data_dir,
+       "Directory of the private PostgreSQL cluster used when DATABASE_URL is not set "
+       "(TTS_DATA_DIR)",
+       "DIR"},
+      {"max-clip-bytes", 0, 0, G_OPTION_ARG_INT64, &config->max_clip_bytes,
+       "Largest reference clip POST /voices/clone accepts (TTS_MAX_CLIP_BYTES)", "N"},
       {NULL},
   };
   g_autoptr (GOptionContext) context
@@ -186,6 +198,7 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
   take_flag (&config->tls_key, g_steal_pointer (&tls_key));
   take_flag (&config->pipeline_dir, g_steal_pointer (&pipeline_dir));
   take_flag (&config->voices_dir, g_steal_pointer (&voices_dir));
+  take_flag (&config->data_dir, g_steal_pointer (&data_dir));
   config->cors_origins = split_origins (cors_flag != NULL ? cors_flag : cors);
   if (config->pipeline_dir == NULL)
     config->pipeline_dir = default_pipeline_dir ();
@@ -204,6 +217,8 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
     }
   return check_range ("--port", config->port, 0, 65535, error)
          && check_range ("--max-body-bytes", config->max_body_bytes, 1024,
+                         G_GINT64_CONSTANT (1) << 32, error)
+         && check_range ("--max-clip-bytes", config->max_clip_bytes, 1024,
                          G_GINT64_CONSTANT (1) << 32, error)
          && check_range ("--max-transcript-chars", config->max_transcript_chars, 1, 10000000, error)
          && check_range ("--max-contexts", config->max_contexts, 1, 100000, error)
@@ -227,6 +242,7 @@ gepard_server_config_clear (GepardServerConfig *config)
   g_free (config->tls_key);
   g_free (config->pipeline_dir);
   g_free (config->voices_dir);
+  g_free (config->data_dir);
   memset (config, 0, sizeof *config);
 }
 

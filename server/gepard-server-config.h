@@ -27,6 +27,8 @@ typedef struct
   char *tls_key;
   char *pipeline_dir; /* where the tts-stream*.txt descriptions are */
   char *voices_dir;   /* speaker prefix files <id>.bin registered at startup, or NULL */
+  char *data_dir;     /* the private PostgreSQL cluster's directory without DATABASE_URL, or NULL */
+  gint64 max_clip_bytes; /* largest reference clip POST /voices/clone accepts */
 } GepardServerConfig;
 
 /* Fills `config` from the environment, then from the command line (consuming the options it

@@ -88,7 +88,8 @@ gepard_http_handle_cors (GepardServer *server, SoupServerMessage *msg)
   soup_message_headers_replace (response, "Access-Control-Allow-Origin", origin);
   if (!preflight)
     return FALSE;
-  soup_message_headers_replace (response, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  soup_message_headers_replace (response, "Access-Control-Allow-Methods",
+                                "GET, POST, DELETE, OPTIONS");
   soup_message_headers_replace (response, "Access-Control-Allow-Headers",
                                 "Authorization, Content-Type, Cartesia-Version, X-API-Key");
   soup_message_headers_replace (response, "Access-Control-Max-Age", "600");
@@ -144,7 +145,9 @@ gepard_http_limit_body (SoupServer *soup, SoupServerMessage *msg, const char *pa
                         GHashTable *query, gpointer user_data)
 {
   GepardServer *server = user_data;
-  gsize limit = (gsize)server->config.max_body_bytes;
+  /* a reference clip is audio: it has a limit of its own */
+  gsize limit = (gsize)(g_str_equal (path, "/voices/clone") ? server->config.max_clip_bytes
+                                                            : server->config.max_body_bytes);
   SoupMessageHeaders *headers = soup_server_message_get_request_headers (msg);
 
   /* libsoup would keep the whole body, however large: count it here instead */

@@ -16,12 +16,15 @@
 #include <sys/resource.h>
 
 static const char *const pipeline_names[]
-    = {"tts-stream.txt", "tts-stream-mulaw.txt", "tts-stream-alaw.txt"};
+    = {"tts-stream.txt", "tts-stream-mulaw.txt", "tts-stream-alaw.txt", "clone.txt"};
 
 typedef struct
 {
   GepardEngine *engine;
   GepardVoiceStore *voices;
+  GepardVoiceDbCluster *cluster;
+  GepardVoiceDb *db; /* also inside voices: migrated before the server says it is ready */
+  GepardServer *server;
 } Loaded;
 
 static void
@@ -29,6 +32,7 @@ loaded_free (gpointer data)
 {
   Loaded *loaded = data;
   gepard_voice_store_free (loaded->voices);
+  gepard_voice_db_cluster_free (loaded->cluster);
   if (loaded->engine != NULL)
     gepard_engine_unref (loaded->engine);
   g_free (loaded);
@@ -84,19 +88,16 @@ handle_request (SoupServer *soup, SoupServerMessage *msg, const char *path, GHas
     gepard_routes_tts_bytes (server, msg, query, version);
   else if (g_str_equal (path, "/tts/sse"))
     gepard_routes_tts_sse (server, msg, query, version);
-  else if (g_str_equal (path, "/") || g_str_equal (path, "/metrics")
-           || g_str_has_prefix (path, "/voices"))
+  else if (g_str_equal (path, "/voices") || g_str_has_prefix (path, "/voices/"))
+    gepard_routes_voices (server, msg, path, query, version);
+  else if (g_str_equal (path, "/") || g_str_equal (path, "/metrics"))
     {
       if (!get)
         send_api_error (msg, version, GEPARD_API_ERROR_METHOD_NOT_ALLOWED, "Use GET");
       else if (g_str_equal (path, "/"))
         gepard_routes_root (server, msg, version);
-      else if (g_str_equal (path, "/metrics"))
-        gepard_routes_metrics (server, msg);
-      else if (g_str_equal (path, "/voices") || g_str_has_prefix (path, "/voices/"))
-        gepard_routes_voices (server, msg, path, query, version);
       else
-        send_api_error (msg, version, GEPARD_API_ERROR_NOT_FOUND, "No such route");
+        gepard_routes_metrics (server, msg);
     }
   else
     send_api_error (msg, version, GEPARD_API_ERROR_NOT_FOUND, "No such route");
@@ -113,6 +114,90 @@ on_request_finished (SoupServer *soup, SoupServerMessage *msg, gpointer user_dat
 
 /* ---- startup ---- */
 
+/* Identity of the model's voices: its configuration files' digest, so that a voice is refused by
+ * a different model and kept across moves of the checkpoint directory. */
+static char *
+model_identity (GepardEngine *engine)
+{
+  static const char *const files[] = {"config.json", "gepard_config.json"};
+  const char *dir = gepard_engine_get_model_dir (engine);
+  g_autoptr (GChecksum) checksum = g_checksum_new (G_CHECKSUM_SHA256);
+  for (gsize i = 0; dir != NULL && i < G_N_ELEMENTS (files); i++)
+    {
+      g_autofree char *path = g_build_filename (dir, files[i], NULL);
+      g_autofree char *text = NULL;
+      gsize length = 0;
+      g_checksum_update (checksum, (const guchar *)files[i], -1);
+      if (g_file_get_contents (path, &text, &length, NULL))
+        g_checksum_update (checksum, (const guchar *)text, (gssize)length);
+    }
+  const GepardModelConfig *config = gepard_engine_get_config (engine);
+  return g_strdup_printf ("gepard-%dx%d-%.16s", config->compressor_queries, config->hidden_size,
+                          g_checksum_get_string (checksum));
+}
+
+/* On the loading thread: DATABASE_URL (or TTS_DATABASE_URL), else a private cluster, which may take
+ * seconds to start. A model that cannot clone, or no PostgreSQL to run, keeps the local store. */
+static gboolean
+open_voice_db (GepardServer *server, Loaded *loaded, GError **error)
+{
+  const GepardModelConfig *config = gepard_engine_get_config (loaded->engine);
+  const char *url = g_getenv ("DATABASE_URL");
+  if (url == NULL || url[0] == '\0')
+    url = g_getenv ("TTS_DATABASE_URL");
+  if (url != NULL && url[0] == '\0')
+    url = NULL;
+
+  if (gepard_voice_get_prefix_file_size (config) == 0)
+    {
+      g_print ("gepard-server: this model cannot clone voices; serving its built-in voices only\n");
+      return TRUE;
+    }
+  if (url == NULL)
+    {
+      g_autofree char *bindir = gepard_voice_db_find_pg_bindir ();
+      if (bindir == NULL)
+        {
+          g_print ("gepard-server: no DATABASE_URL and no PostgreSQL installed: serving built-in "
+                   "voices only, cloning is unavailable\n");
+          return TRUE;
+        }
+      g_autofree char *dir = server->config.data_dir != NULL
+                                 ? g_strdup (server->config.data_dir)
+                                 : gepard_voice_db_default_cluster_dir ();
+      g_print ("gepard-server: no DATABASE_URL: running a private PostgreSQL cluster in %s "
+               "(--data-dir or TTS_DATA_DIR to move it)\n",
+               dir);
+      g_autoptr (GError) cluster_error = NULL;
+      loaded->cluster = gepard_voice_db_start_private_cluster (dir, &cluster_error);
+      if (loaded->cluster == NULL)
+        {
+          /* a development convenience that failed: speech goes on without cloned voices */
+          g_printerr ("gepard-server: could not run the private PostgreSQL cluster (%s); serving "
+                      "built-in voices only, cloning is unavailable\n",
+                      cluster_error->message);
+          return TRUE;
+        }
+      url = gepard_voice_db_cluster_get_conninfo (loaded->cluster);
+    }
+  else
+    g_print ("gepard-server: voices in the PostgreSQL database of DATABASE_URL\n");
+
+  g_autofree char *model = model_identity (loaded->engine);
+  GepardVoiceDbOptions options = {
+      .conninfo = url,
+      .model = model,
+      .rows = config->compressor_queries,
+      .hidden = config->hidden_size,
+  };
+  GepardVoiceDb *db = gepard_voice_db_new (&options, error);
+  if (db == NULL)
+    return FALSE;
+  loaded->db = db;
+  loaded->voices = gepard_voice_store_new_db (loaded->engine, loaded->voices, db);
+  return TRUE;
+}
+
 static void
 load_engine (GTask *task, gpointer source, gpointer task_data, GCancellable *cancellable)
 {
@@ -120,10 +205,13 @@ load_engine (GTask *task, gpointer source, gpointer task_data, GCancellable *can
   GError *error = NULL;
   Loaded *loaded = g_new0 (Loaded, 1);
 
+  loaded->server = server;
   loaded->engine = gepard_engine_get_shared (server->config.model, server->config.device, &error);
   if (loaded->engine != NULL)
     loaded->voices
         = gepard_voice_store_new_local (loaded->engine, server->config.voices_dir, &error);
+  if (loaded->voices != NULL)
+    open_voice_db (server, loaded, &error);
   if (error != NULL)
     {
       loaded_free (loaded);
@@ -132,6 +220,9 @@ load_engine (GTask *task, gpointer source, gpointer task_data, GCancellable *can
     }
   g_task_return_pointer (task, loaded, loaded_free);
 }
+
+static void on_voice_db_migrated (GObject *source, GAsyncResult *result, gpointer user_data);
+static void become_ready (GepardServer *server, Loaded *loaded);
 
 static void
 on_engine_loaded (GObject *source, GAsyncResult *result, gpointer user_data)
@@ -143,14 +234,47 @@ on_engine_loaded (GObject *source, GAsyncResult *result, gpointer user_data)
 
   if (loaded == NULL)
     {
-      g_printerr ("gepard-server: could not load the model %s: %s\n", server->config.model,
-                  error->message);
+      if (error->domain == GEPARD_VOICE_DB_ERROR)
+        g_printerr ("gepard-server: could not open the voice store: %s\n", error->message);
+      else
+        g_printerr ("gepard-server: could not load the model %s: %s\n", server->config.model,
+                    error->message);
       g_object_set_data (G_OBJECT (result), "failed", GINT_TO_POINTER (1));
       g_free (server->loading_reason);
       server->loading_reason = g_strdup_printf ("the model failed to load: %s", error->message);
       g_main_loop_quit (loop);
       return;
     }
+  /* stopped at exit even when the server quits before it is ready */
+  server->cluster = g_steal_pointer (&loaded->cluster);
+  if (loaded->db != NULL)
+    {
+      g_free (server->loading_reason);
+      server->loading_reason = g_strdup ("connecting to the voice database");
+      gepard_voice_db_migrate_async (loaded->db, NULL, on_voice_db_migrated, loaded);
+      return;
+    }
+  become_ready (server, loaded);
+}
+
+static void
+on_voice_db_migrated (GObject *source, GAsyncResult *result, gpointer user_data)
+{
+  Loaded *loaded = user_data;
+  GepardServer *server = loaded->server;
+  g_autoptr (GError) error = NULL;
+
+  /* the store reconnects and migrates by itself: serve the built-in voices meanwhile */
+  if (!gepard_voice_db_migrate_finish (loaded->db, result, &error))
+    g_printerr ("gepard-server: the voice database is not ready (%s); retrying in the "
+                "background\n",
+                error->message);
+  become_ready (server, loaded);
+}
+
+static void
+become_ready (GepardServer *server, Loaded *loaded)
+{
   server->engine = g_steal_pointer (&loaded->engine);
   server->voices = g_steal_pointer (&loaded->voices);
   loaded_free (loaded);
@@ -293,6 +417,7 @@ main (int argc, char **argv)
   g_object_unref (server.soup);
   g_main_loop_unref (loop);
   gepard_voice_store_free (server.voices);
+  gepard_voice_db_cluster_free (server.cluster);
   if (server.engine != NULL)
     gepard_engine_unref (server.engine);
   g_clear_pointer (&server.pipelines, g_hash_table_unref);

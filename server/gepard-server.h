@@ -22,7 +22,8 @@ typedef struct
   /* NULL until the model has loaded on its worker thread */
   GepardEngine *engine;
   GepardVoiceStore *voices;
-  char *loading_reason; /* why the server is not ready, while engine is NULL */
+  GepardVoiceDbCluster *cluster; /* the private PostgreSQL cluster, when this server runs one */
+  char *loading_reason;          /* why the server is not ready, while engine is NULL */
 } GepardServer;
 
 /* ---- gepard-server-http.c: what every route does the same way ---- */
@@ -59,14 +60,22 @@ void gepard_routes_tts_sse (GepardServer *server, SoupServerMessage *msg, GHashT
                             guint version);
 /* gepard-routes-websocket.c: /tts/websocket */
 void gepard_routes_websocket_register (GepardServer *server);
-/* gepard-routes-info.c: /, /health, /metrics, /voices, /voices/{id} */
+/* gepard-routes-info.c: /, /health, /metrics */
 void gepard_routes_root (GepardServer *server, SoupServerMessage *msg, guint version);
 void gepard_routes_health (GepardServer *server, SoupServerMessage *msg);
 void gepard_routes_metrics (GepardServer *server, SoupServerMessage *msg);
+/* gepard-routes-voices.c: GET /voices, GET and DELETE /voices/{id}, POST /voices/clone */
 void gepard_routes_voices (GepardServer *server, SoupServerMessage *msg, const char *path,
                            GHashTable *query, guint version);
 
 /* gepard-routes-tts.c: the checks and setup every generation shares */
+/* The voice `voice_id` ready in the engine's registry: at once when it is already known, else
+ * from the voice store (without blocking). Completes in the caller's main context with a
+ * GepardVoice or an API error. */
+void gepard_server_resolve_voice_async (GepardServer *server, const char *voice_id,
+                                        GCancellable *cancellable, GAsyncReadyCallback callback,
+                                        gpointer user_data);
+GepardVoice *gepard_server_resolve_voice_finish (GAsyncResult *result, GError **error);
 /* The session setup for `format` and `voice_id`, or an API error (unknown voice, no model yet,
  * too many generations). */
 gboolean gepard_server_prepare_generation (GepardServer *server, const char *voice_id,

@@ -1795,15 +1795,17 @@ gepard_voice_db_start_private_cluster (const char *dir, GError **error)
       cluster->gid = pw->pw_gid;
     }
 
-  if (cluster->as_other_user && !check_reachable (cluster, error))
-    return NULL;
-  if (g_mkdir_with_parents (cluster->dir, 0700) != 0)
+  /* the directories above stay open to enter, for the user the cluster runs as */
+  g_autofree char *parent = g_path_get_dirname (cluster->dir);
+  if (g_mkdir_with_parents (parent, 0755) != 0 || g_mkdir_with_parents (cluster->dir, 0700) != 0)
     {
       int saved = errno;
       g_set_error (error, GEPARD_VOICE_DB_ERROR, GEPARD_VOICE_DB_ERROR_CLUSTER,
                    "cannot create %s: %s", cluster->dir, g_strerror (saved));
       return NULL;
     }
+  if (cluster->as_other_user && !check_reachable (cluster, error))
+    return NULL;
   if (!give_to_user (cluster, cluster->dir, error))
     return NULL;
 

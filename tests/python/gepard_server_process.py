@@ -61,6 +61,11 @@ class GepardServer:
         if api_key is not None:
             full_env["TTS_API_KEY"] = api_key
         full_env.update(env or {})
+        # voices in a private PostgreSQL cluster of this test's own, never in the machine's default
+        # place, unless the test chose a database or a data directory itself
+        if ("--data-dir" not in args and "DATABASE_URL" not in full_env
+                and "TTS_DATABASE_URL" not in full_env and "TTS_DATA_DIR" not in full_env):
+            full_env["TTS_DATA_DIR"] = str(Path(tmp_dir) / "data")
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen(
             [str(SERVER), "--model", str(model), "--port", "0", "--host", "127.0.0.1",

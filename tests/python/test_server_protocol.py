@@ -628,6 +628,7 @@ def test_model_that_does_not_load(tmp_path):
                             capture_output=True, text=True, timeout=60,
                             env={"GST_PLUGIN_PATH_1_0": str(gsp.PLUGIN_DIR),
                                  "GST_REGISTRY_1_0": str(tmp_path / "registry.bin"),
+                                 "TTS_DATA_DIR": str(tmp_path / "data"),
                                  "PATH": "/usr/bin:/bin"})
     assert result.returncode == 1 and "could not load the model" in result.stderr
 
@@ -642,6 +643,7 @@ def test_voices_dir(model, tmp_path):
                    check=True, capture_output=True, timeout=60,
                    env={"GST_PLUGIN_PATH_1_0": str(gsp.PLUGIN_DIR),
                         "GST_REGISTRY_1_0": str(tmp_path / "registry.bin"),
+                        "TTS_DATA_DIR": str(tmp_path / "data"),
                         "PATH": "/usr/bin:/bin"})
     s = gsp.GepardServer(model, tmp_path, max_frames=5, args=["--voices-dir", str(voices)])
     try:
@@ -666,6 +668,7 @@ def test_voices_dir(model, tmp_path):
                             capture_output=True, text=True, timeout=60,
                             env={"GST_PLUGIN_PATH_1_0": str(gsp.PLUGIN_DIR),
                                  "GST_REGISTRY_1_0": str(tmp_path / "registry.bin"),
+                                 "TTS_DATA_DIR": str(tmp_path / "data"),
                                  "PATH": "/usr/bin:/bin"})
     assert result.returncode == 1 and "broken.bin" in result.stderr
 
@@ -697,7 +700,8 @@ def test_health_while_the_model_loads(tmp_path):
         [str(gsp.SERVER), "--model", str(model), "--port", "0"], stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, text=True,
         env={"GST_PLUGIN_PATH_1_0": str(gsp.PLUGIN_DIR), "PATH": "/usr/bin:/bin",
-             "GST_REGISTRY_1_0": str(tmp_path / "registry.bin")})
+             "GST_REGISTRY_1_0": str(tmp_path / "registry.bin"),
+             "TTS_DATA_DIR": str(tmp_path / "data")})
     try:
         line = process.stdout.readline()
         port = int(line.rsplit(":", 1)[1].strip(" /\n"))
