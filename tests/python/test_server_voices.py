@@ -10,6 +10,7 @@ import base64
 import json
 import shutil
 import tempfile
+import time
 import uuid
 import wave
 from pathlib import Path
@@ -252,3 +253,54 @@ def test_unknown_voices(second_server):
         check_error(status, json.loads(body), 404, "voice_not_found")
     status, _, body = second_server.request("DELETE", "/voices/default", None, NEW)
     assert status == 403, body
+
+
+def pg_ctl(data_dir, *args):
+    """pg_ctl on the servers' private cluster, as the user that owns it."""
+    import os
+    import subprocess
+    binary = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))), None)
+    binary = str(binary) if binary else shutil.which("pg_ctl")
+    command = [binary, *args, "-D", str(Path(data_dir) / "data")]
+    if os.geteuid() == 0:
+        command = ["runuser", "-u", "postgres", "--", *command]
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+
+def test_two_servers_and_a_database_outage(model, tmp_path_factory, data_dir, clips):
+    """Two server processes on one database see each other's voices. With the database stopped,
+    a voice a process has read keeps working, an unread one answers 503, and both recover by
+    themselves once the database is back."""
+    a = start(model, tmp_path_factory, data_dir)
+    b = start(model, tmp_path_factory, data_dir)
+    try:
+        status, first = clone(a, clips["good"], name="Shared")
+        assert status == 200, first
+        status, second = clone(a, clips["good"], name="Unread")
+        assert status == 200, second
+        assert first["id"] in list_ids(b) and second["id"] in list_ids(b)
+        status, _, audio = b.request("POST", "/tts/bytes", tts(first["id"]))
+        assert status == 200 and len(audio) > 0
+
+        pg_ctl(data_dir, "stop", "-w", "-m", "fast")
+        status, _, audio = b.request("POST", "/tts/bytes", tts(first["id"]))
+        assert status == 200 and len(audio) > 0, "a voice read before the outage stopped working"
+        status, _, body = b.request("POST", "/tts/bytes", tts(second["id"]), NEW)
+        check_error(status, json.loads(body), 503, json.loads(body)["error_code"])
+
+        log = Path(tempfile.gettempdir()) / f"gepard-test-pg-{uuid.uuid4().hex}.log"
+        pg_ctl(data_dir, "start", "-w", "-l", str(log))
+        deadline = time.monotonic() + 30
+        while True:
+            status, _, audio = b.request("POST", "/tts/bytes", tts(second["id"]))
+            if status == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert status == 200 and len(audio) > 0, "no recovery after the database came back"
+
+        status, _, body = b.request("DELETE", f"/voices/{second['id']}", None, NEW)
+        assert status in (200, 204), body
+        assert second["id"] not in list_ids(a)
+    finally:
+        a.stop()
+        b.stop()
