@@ -34,7 +34,7 @@ typedef struct
 {
   GepardCompute parent;
   const GepardModel *model;
-  GepardCodec *codec;
+  GepardCompute *host_audio; /* the CPU backend, for its codec until the codec runs on the GPU */
   CudaEntryPoints fn;
   GepardCudaModel *gpu;
 } CudaCompute;
@@ -44,17 +44,13 @@ struct _GepardSequence
   int slot;
 };
 
-struct _GepardAudioStream
-{
-  GepardCodecStream *stream;
-};
-
 static void
 cuda_free (GepardCompute *compute)
 {
   CudaCompute *self = (CudaCompute *)compute;
   if (self->gpu != NULL)
     self->fn.model_free (self->gpu);
+  gepard_compute_free (self->host_audio);
   g_free (self);
 }
 
@@ -152,36 +148,27 @@ cuda_step (GepardCompute *compute, const GepardStepInput *inputs, int n, gint32 
   return cuda_step_full (compute, inputs, n, codes, stop_logits, NULL, error);
 }
 
-/* ---- audio: the CPU codec until the codec runs on the GPU ---- */
+/* ---- audio: the CPU backend's codec until the codec runs on the GPU ---- */
 
 static GepardAudioStream *
 cuda_audio_stream_new (GepardCompute *compute, GError **error)
 {
-  CudaCompute *self = (CudaCompute *)compute;
-  if (self->codec == NULL)
-    {
-      g_set_error (error, GEPARD_FORMAT_ERROR, GEPARD_FORMAT_ERROR_MISSING,
-                   "The model has no codec (codec.nemo or codec.safetensors beside it)");
-      return NULL;
-    }
-  GepardAudioStream *stream = g_new0 (GepardAudioStream, 1);
-  stream->stream = gepard_codec_stream_new (self->codec);
-  return stream;
+  GepardCompute *host = ((CudaCompute *)compute)->host_audio;
+  return host->funcs->audio_stream_new (host, error);
 }
 
 static void
 cuda_audio_stream_free (GepardCompute *compute, GepardAudioStream *stream)
 {
-  if (stream == NULL)
-    return;
-  gepard_codec_stream_free (stream->stream);
-  g_free (stream);
+  GepardCompute *host = ((CudaCompute *)compute)->host_audio;
+  host->funcs->audio_stream_free (host, stream);
 }
 
 static void
 cuda_audio_stream_reset (GepardCompute *compute, GepardAudioStream *stream)
 {
-  gepard_codec_stream_reset (stream->stream);
+  GepardCompute *host = ((CudaCompute *)compute)->host_audio;
+  host->funcs->audio_stream_reset (host, stream);
 }
 
 static gboolean
@@ -189,11 +176,8 @@ cuda_decode_audio (GepardCompute *compute, GepardAudioStream *const *streams,
                    const gint32 *const *codes, const int *n_frames, float *const *samples, int n,
                    GError **error)
 {
-  g_autofree GepardCodecStream **codec_streams = g_new (GepardCodecStream *, MAX (n, 1));
-
-  for (int i = 0; i < n; i++)
-    codec_streams[i] = streams[i]->stream;
-  return gepard_codec_decode_batch (codec_streams, codes, n_frames, samples, n, error);
+  GepardCompute *host = ((CudaCompute *)compute)->host_audio;
+  return host->funcs->decode_audio (host, streams, codes, n_frames, samples, n, error);
 }
 
 static const GepardComputeFuncs cuda_funcs = {
@@ -387,7 +371,7 @@ gepard_compute_cuda_new (const GepardCheckpoint *checkpoint, const GepardModel *
   CudaCompute *self = g_new0 (CudaCompute, 1);
   self->parent.funcs = &cuda_funcs;
   self->model = model;
-  self->codec = codec;
+  self->host_audio = gepard_compute_cpu_new (model, codec);
   self->fn = fn;
   self->gpu = gpu;
   return &self->parent;

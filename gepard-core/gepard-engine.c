@@ -581,15 +581,30 @@ gepard_engine_new (const char *model, const char *device, const GepardEngineOpti
 static GMutex registry_lock;
 static GHashTable *registry; /* "model\ndevice" → GepardEngine* (not owned) */
 
+/* Where a model's weights are, one spelling per place: a relative path, an absolute one and a
+ * repo id of the same checkpoint give the same string. */
+static char *
+canonical_model_dir (const char *model, GError **error)
+{
+  g_autofree char *dir = gepard_hub_resolve (model, error);
+  return dir != NULL ? g_canonicalize_filename (dir, NULL) : NULL;
+}
+
+gboolean
+gepard_engine_serves_model (const GepardEngine *engine, const char *model)
+{
+  g_autofree char *wanted = canonical_model_dir (model, NULL);
+  g_autofree char *loaded = g_canonicalize_filename (gepard_engine_get_model_dir (engine), NULL);
+  return wanted != NULL && g_strcmp0 (wanted, loaded) == 0;
+}
+
 GepardEngine *
 gepard_engine_get_shared (const char *model, const char *device, GError **error)
 {
-  /* keyed by where the weights are, so a relative path, an absolute one and a repo id of the
-   * same checkpoint share one engine */
-  g_autofree char *dir = gepard_hub_resolve (model, error);
-  if (dir == NULL)
+  /* keyed by where the weights are, so every spelling of one checkpoint shares one engine */
+  g_autofree char *canonical = canonical_model_dir (model, error);
+  if (canonical == NULL)
     return NULL;
-  g_autofree char *canonical = g_canonicalize_filename (dir, NULL);
   g_autofree char *key = g_strdup_printf ("%s\n%s", canonical, device ? device : "auto");
   g_mutex_lock (&registry_lock);
   if (registry == NULL)

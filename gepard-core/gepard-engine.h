@@ -65,6 +65,8 @@ const GepardModel *gepard_engine_get_model (const GepardEngine *engine);
 GepardCodec *gepard_engine_get_codec (const GepardEngine *engine);
 /* the checkpoint directory the engine loaded (a repo id resolved to its snapshot) */
 const char *gepard_engine_get_model_dir (const GepardEngine *engine);
+/* Whether `model` (a directory or a cached repo id) names the checkpoint the engine loaded. */
+gboolean gepard_engine_serves_model (const GepardEngine *engine, const char *model);
 /* the device it runs on (kind, index and description) */
 const GepardDeviceInfo *gepard_engine_get_device (const GepardEngine *engine);
 /* "CPU (2 threads)" and the like */

@@ -2,8 +2,6 @@
  * neighbours, then its bin and the application, and announces what it created itself). */
 #include "gstgepardengine.h"
 
-#include "gepard-hub.h"
-
 GST_DEBUG_CATEGORY_EXTERN (gst_gepard_engine_debug);
 #define GST_CAT_DEFAULT gst_gepard_engine_debug
 
@@ -55,19 +53,7 @@ engine_matches (GepardEngine *engine, const char *model, const char *device)
       if (!is_auto && (kind != info->kind || index != info->device_index))
         return FALSE;
     }
-  if (model != NULL)
-    {
-      g_autofree char *dir = gepard_hub_resolve (model, NULL);
-      g_autofree char *a = NULL, *b = NULL;
-
-      if (dir == NULL)
-        return FALSE;
-      a = g_canonicalize_filename (dir, NULL);
-      b = g_canonicalize_filename (gepard_engine_get_model_dir (engine), NULL);
-      if (g_strcmp0 (a, b) != 0)
-        return FALSE;
-    }
-  return TRUE;
+  return model == NULL || gepard_engine_serves_model (engine, model);
 }
 
 /* The matching engine in *slot, a new reference. */
