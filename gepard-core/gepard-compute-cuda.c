@@ -2,9 +2,10 @@
  * (kernels/, through gepard-backend.c) and adapts its plain C entry points to GepardCompute.
  *
  * The LM runs on the GPU: weights, KV cache, sampler state and sampling stay on the device and a
- * step copies back only each sequence's codes and stop logit. The codec does not run on the GPU
- * yet: audio streams are the CPU codec's streams, decoded with gepard_codec_decode_batch on the
- * host, exactly as the CPU backend does.
+ * step copies back only each sequence's codes and stop logit. The codec's decoder runs there too
+ * (kernels/gepard-cuda-codec.cu): each stream's causal state stays on the device and a decode
+ * takes one frame of every stream with new frames through the decoder in one batched pass.
+ * GEPARD_CUDA_CODEC=0 decodes on the CPU instead, as does a codec the GPU decoder does not take.
  *
  * Sizes come from the environment: TTS_GPU_MEMORY_UTILIZATION (fraction of the GPU's memory the
  * backend may fill, default 0.9), GEPARD_KV_CACHE_MIB (a fixed KV cache size instead),
@@ -13,6 +14,8 @@
 #include "gepard-compute-cuda.h"
 
 #include "gepard-bf16.h"
+#include "gepard-codec-weights.h"
+#include "gepard-fsq.h"
 #include "gepard-error.h"
 #include "../kernels/gepard-cuda.h"
 
@@ -28,15 +31,26 @@ typedef struct
   GepardCudaSequenceNewFunc sequence_new;
   GepardCudaSequenceFreeFunc sequence_free;
   GepardCudaStepFunc step;
+  GepardCudaCodecNewFunc codec_new;
+  GepardCudaCodecFreeFunc codec_free;
+  GepardCudaCodecInfoFunc codec_info;
+  GepardCudaCodecStreamNewFunc codec_stream_new;
+  GepardCudaCodecStreamFreeFunc codec_stream_free;
+  GepardCudaCodecStreamResetFunc codec_stream_reset;
+  GepardCudaCodecDecodeFunc codec_decode;
 } CudaEntryPoints;
 
 typedef struct
 {
   GepardCompute parent;
   const GepardModel *model;
-  GepardCompute *host_audio; /* the CPU backend, for its codec until the codec runs on the GPU */
+  GepardCodec *codec;
+  /* the CPU backend, whose codec decodes where the GPU's cannot (GEPARD_CUDA_CODEC=0, or a codec
+   * the GPU decoder does not take) */
+  GepardCompute *host_audio;
   CudaEntryPoints fn;
   GepardCudaModel *gpu;
+  GepardCudaCodec *codec_gpu; /* NULL: audio on the CPU */
 } CudaCompute;
 
 struct _GepardSequence
@@ -50,6 +64,8 @@ cuda_free (GepardCompute *compute)
   CudaCompute *self = (CudaCompute *)compute;
   if (self->gpu != NULL)
     self->fn.model_free (self->gpu);
+  if (self->codec_gpu != NULL)
+    self->fn.codec_free (self->codec_gpu);
   gepard_compute_free (self->host_audio);
   g_free (self);
 }
@@ -148,36 +164,105 @@ cuda_step (GepardCompute *compute, const GepardStepInput *inputs, int n, gint32 
   return cuda_step_full (compute, inputs, n, codes, stop_logits, NULL, error);
 }
 
-/* ---- audio: the CPU backend's codec until the codec runs on the GPU ---- */
+/* ---- audio: the codec's decoder on the GPU, else the CPU backend's ---- */
+
+struct _GepardAudioStream
+{
+  int slot;
+};
 
 static GepardAudioStream *
 cuda_audio_stream_new (GepardCompute *compute, GError **error)
 {
-  GepardCompute *host = ((CudaCompute *)compute)->host_audio;
-  return host->funcs->audio_stream_new (host, error);
+  CudaCompute *self = (CudaCompute *)compute;
+  char message[256] = "";
+  int slot;
+
+  if (self->codec_gpu == NULL)
+    return self->host_audio->funcs->audio_stream_new (self->host_audio, error);
+  if (self->fn.codec_stream_new (self->codec_gpu, &slot, message, sizeof message) != 0)
+    {
+      g_set_error (error, GEPARD_BACKEND_ERROR, GEPARD_BACKEND_ERROR_UNAVAILABLE, "%s", message);
+      return NULL;
+    }
+  GepardAudioStream *stream = g_new (GepardAudioStream, 1);
+  stream->slot = slot;
+  return stream;
 }
 
 static void
 cuda_audio_stream_free (GepardCompute *compute, GepardAudioStream *stream)
 {
-  GepardCompute *host = ((CudaCompute *)compute)->host_audio;
-  host->funcs->audio_stream_free (host, stream);
+  CudaCompute *self = (CudaCompute *)compute;
+  if (self->codec_gpu == NULL)
+    {
+      self->host_audio->funcs->audio_stream_free (self->host_audio, stream);
+      return;
+    }
+  if (stream == NULL)
+    return;
+  self->fn.codec_stream_free (self->codec_gpu, stream->slot);
+  g_free (stream);
 }
 
 static void
 cuda_audio_stream_reset (GepardCompute *compute, GepardAudioStream *stream)
 {
-  GepardCompute *host = ((CudaCompute *)compute)->host_audio;
-  host->funcs->audio_stream_reset (host, stream);
+  CudaCompute *self = (CudaCompute *)compute;
+  if (self->codec_gpu == NULL)
+    self->host_audio->funcs->audio_stream_reset (self->host_audio, stream);
+  else
+    self->fn.codec_stream_reset (self->codec_gpu, stream->slot);
 }
 
+/* Every stream's first frame in one pass on the GPU, then every second frame, and so on. */
 static gboolean
 cuda_decode_audio (GepardCompute *compute, GepardAudioStream *const *streams,
                    const gint32 *const *codes, const int *n_frames, float *const *samples, int n,
                    GError **error)
 {
-  GepardCompute *host = ((CudaCompute *)compute)->host_audio;
-  return host->funcs->decode_audio (host, streams, codes, n_frames, samples, n, error);
+  CudaCompute *self = (CudaCompute *)compute;
+  if (self->codec_gpu == NULL)
+    return self->host_audio->funcs->decode_audio (self->host_audio, streams, codes, n_frames,
+                                                  samples, n, error);
+
+  const GepardCodecConfig *c = gepard_codec_get_config (self->codec);
+  int most = 0;
+  for (int i = 0; i < n; i++)
+    {
+      if (n_frames[i] > 0 && !gepard_fsq_check_codes (c, codes[i], (gsize)n_frames[i], error))
+        {
+          g_prefix_error (error, "Stream %d: ", i);
+          return FALSE;
+        }
+      most = MAX (most, n_frames[i]);
+    }
+  g_autofree int *slots = g_new (int, MAX (n, 1));
+  g_autofree float *latent = g_new (float, (gsize)MAX (n, 1) * c->latent_dim);
+  g_autofree float **out = g_new (float *, MAX (n, 1));
+  char message[512] = "";
+  for (int f = 0; f < most; f++)
+    {
+      int batch = 0;
+      for (int i = 0; i < n; i++)
+        if (n_frames[i] > f)
+          {
+            slots[batch] = streams[i]->slot;
+            gepard_fsq_decode (c, codes[i] + (gsize)f * c->latent_dim, 1,
+                               latent + (gsize)batch * c->latent_dim);
+            out[batch] = samples[i] + (gsize)f * c->samples_per_frame;
+            batch++;
+          }
+      if (self->fn.codec_decode (self->codec_gpu, slots, latent, batch, out, message,
+                                 sizeof message)
+          != 0)
+        {
+          g_set_error (error, GEPARD_BACKEND_ERROR, GEPARD_BACKEND_ERROR_UNAVAILABLE,
+                       "GPU audio decoding failed: %s", message);
+          return FALSE;
+        }
+    }
+  return TRUE;
 }
 
 static const GepardComputeFuncs cuda_funcs = {
@@ -306,11 +391,82 @@ resolve (CudaEntryPoints *fn, GError **error)
       {"gepard_cuda_sequence_new", (gpointer *)&fn->sequence_new},
       {"gepard_cuda_sequence_free", (gpointer *)&fn->sequence_free},
       {"gepard_cuda_step", (gpointer *)&fn->step},
+      {"gepard_cuda_codec_new", (gpointer *)&fn->codec_new},
+      {"gepard_cuda_codec_free", (gpointer *)&fn->codec_free},
+      {"gepard_cuda_codec_info", (gpointer *)&fn->codec_info},
+      {"gepard_cuda_codec_stream_new", (gpointer *)&fn->codec_stream_new},
+      {"gepard_cuda_codec_stream_free", (gpointer *)&fn->codec_stream_free},
+      {"gepard_cuda_codec_stream_reset", (gpointer *)&fn->codec_stream_reset},
+      {"gepard_cuda_codec_decode", (gpointer *)&fn->codec_decode},
   };
   for (guint i = 0; i < G_N_ELEMENTS (entries); i++)
     if ((*entries[i].slot = gepard_backend_cuda_symbol (entries[i].name, error)) == NULL)
       return FALSE;
   return TRUE;
+}
+
+/* the codec's tensors as gepard_codec_weights_get hands them out: fp32, weight norm folded */
+static int
+lookup_codec_tensor (void *user_data, const char *name, GepardCudaTensor *out)
+{
+  gint64 shape[GEPARD_TENSOR_MAX_DIMS];
+  guint n_dims = 0;
+  const float *data = gepard_codec_weights_get (user_data, name, &n_dims, shape);
+  if (data == NULL || n_dims > G_N_ELEMENTS (out->shape))
+    return -1;
+  out->dtype = GEPARD_CUDA_DTYPE_F32;
+  out->n_dims = (int)n_dims;
+  for (guint d = 0; d < n_dims; d++)
+    out->shape[d] = shape[d];
+  out->data = data;
+  return 0;
+}
+
+/* The decoder of the codec at `path` on the GPU, with room for max_streams streams. */
+static GepardCudaCodec *
+codec_gpu_new (const CudaEntryPoints *fn, const char *path, const GepardCodecConfig *c,
+               int device_index, int max_streams, GError **error)
+{
+  const GepardCodecDecoderConfig *d = &c->decoder;
+  if (!d->n_groups_equal_to_out_channels)
+    {
+      g_set_error (error, GEPARD_BACKEND_ERROR, GEPARD_BACKEND_ERROR_UNAVAILABLE,
+                   "the GPU decoder takes grouped up-sampling convolutions only");
+      return NULL;
+    }
+  g_autoptr (GepardCodecWeights) weights = gepard_codec_weights_open (path, error);
+  if (weights == NULL)
+    return NULL;
+  GepardCudaCodecConfig config = {
+      .latent_dim = c->latent_dim,
+      .samples_per_frame = c->samples_per_frame,
+      .base_channels = d->base_channels,
+      .n_stages = d->n_stages,
+      .in_kernel_size = d->in_kernel_size,
+      .out_kernel_size = d->out_kernel_size,
+      .n_kernels = d->n_resblock_kernel_sizes,
+      .n_dilations = d->n_resblock_dilation_sizes,
+      .half_snake = d->activation == GEPARD_CODEC_ACTIVATION_HALF_SNAKE,
+      .output_tanh = d->output_activation == GEPARD_CODEC_OUTPUT_TANH,
+      .max_streams = max_streams,
+  };
+  G_STATIC_ASSERT (G_N_ELEMENTS (config.up_sample_rates) >= GEPARD_CODEC_MAX_STAGES);
+  G_STATIC_ASSERT (G_N_ELEMENTS (config.kernels) >= GEPARD_CODEC_MAX_RESBLOCK_KERNELS);
+  G_STATIC_ASSERT (G_N_ELEMENTS (config.dilations) >= GEPARD_CODEC_MAX_RESBLOCK_DILATIONS);
+  memcpy (config.up_sample_rates, d->up_sample_rates, sizeof d->up_sample_rates);
+  memcpy (config.kernels, d->resblock_kernel_sizes, sizeof d->resblock_kernel_sizes);
+  memcpy (config.dilations, d->resblock_dilation_sizes, sizeof d->resblock_dilation_sizes);
+
+  char message[512] = "";
+  GepardCudaCodec *codec = NULL;
+  if (fn->codec_new (device_index, &config, lookup_codec_tensor, weights, &codec, message,
+                     sizeof message)
+      != 0)
+    {
+      g_set_error (error, GEPARD_BACKEND_ERROR, GEPARD_BACKEND_ERROR_UNAVAILABLE, "%s", message);
+      return NULL;
+    }
+  return codec;
 }
 
 GepardCompute *
@@ -355,6 +511,18 @@ gepard_compute_cuda_new (const GepardCheckpoint *checkpoint, const GepardModel *
       .memory_fraction = env_fraction ("TTS_GPU_MEMORY_UTILIZATION", 0.9),
   };
 
+  /* the codec first, so that the KV cache is sized from what it leaves */
+  GepardCudaCodec *codec_gpu = NULL;
+  const char *codec_path = gepard_checkpoint_get_codec_path (checkpoint);
+  if (codec != NULL && codec_path != NULL && g_strcmp0 (g_getenv ("GEPARD_CUDA_CODEC"), "0") != 0)
+    {
+      g_autoptr (GError) codec_error = NULL;
+      codec_gpu = codec_gpu_new (&fn, codec_path, gepard_codec_get_config (codec), device_index,
+                                 config.max_sequences, &codec_error);
+      if (codec_gpu == NULL)
+        g_message ("The codec decodes on the CPU: %s", codec_error->message);
+    }
+
   TensorLookup lookup = {checkpoint, NULL};
   char message[512] = "";
   GepardCudaModel *gpu = NULL;
@@ -365,15 +533,19 @@ gepard_compute_cuda_new (const GepardCheckpoint *checkpoint, const GepardModel *
     {
       g_set_error (error, GEPARD_BACKEND_ERROR, GEPARD_BACKEND_ERROR_UNAVAILABLE,
                    "The model cannot be loaded on GPU %d: %s", device_index, message);
+      if (codec_gpu != NULL)
+        fn.codec_free (codec_gpu);
       return NULL;
     }
 
   CudaCompute *self = g_new0 (CudaCompute, 1);
   self->parent.funcs = &cuda_funcs;
   self->model = model;
+  self->codec = codec;
   self->host_audio = gepard_compute_cpu_new (model, codec);
   self->fn = fn;
   self->gpu = gpu;
+  self->codec_gpu = codec_gpu;
   return &self->parent;
 }
 
@@ -394,9 +566,22 @@ gepard_compute_cuda_describe (GepardCompute *compute)
   CudaCompute *self = (CudaCompute *)compute;
   GepardCudaModelInfo info;
   self->fn.model_info (self->gpu, &info);
+  g_autofree char *audio = NULL;
+  if (self->codec_gpu != NULL)
+    {
+      GepardCudaCodecInfo ci;
+      self->fn.codec_info (self->codec_gpu, &ci);
+      audio = g_strdup_printf ("codec on the GPU (%s): weights %.1f MiB, %.0f KiB of state per "
+                               "stream, %.2f GiB for %d streams",
+                               ci.tensor_cores ? "TF32 tensor cores" : "fp32",
+                               ci.weight_bytes / 1048576.0, ci.state_bytes / 1024.0,
+                               ci.work_bytes / 1073741824.0, ci.max_streams);
+    }
+  else
+    audio = g_strdup (self->codec != NULL ? "codec on the CPU" : "no codec");
   return g_strdup_printf ("%s: weights %.2f GiB, KV cache %.2f GiB (%d blocks of %d positions), "
-                          "up to %d sequences of %d positions",
+                          "up to %d sequences of %d positions; %s",
                           info.device, info.weight_bytes / 1073741824.0,
                           info.kv_cache_bytes / 1073741824.0, info.kv_blocks, info.kv_block_tokens,
-                          info.max_sequences, info.max_context);
+                          info.max_sequences, info.max_context, audio);
 }

@@ -11,21 +11,6 @@
 
 #define WARP 32
 
-/* Every launch goes through here rather than the triple-chevron syntax, which clang-format does
- * not read; the arguments are converted to the kernel's parameter types. */
-template <typename... Params, typename... Args>
-static cudaError_t
-launch (void (*kernel) (Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-        Args... args)
-{
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  return cudaLaunchKernelEx (&config, kernel, args...);
-}
-
 __device__ __forceinline__ float
 bf16r (float x)
 {

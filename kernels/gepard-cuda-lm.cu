@@ -28,26 +28,7 @@
 namespace
 {
 
-/* ---- messages ---- */
-
-struct Message
-{
-  char *text;
-  size_t len;
-
-  __attribute__ ((format (printf, 2, 3))) int
-  fail (const char *format, ...)
-  {
-    if (text != NULL && len > 0)
-      {
-        va_list args;
-        va_start (args, format);
-        vsnprintf (text, len, format, args);
-        va_end (args);
-      }
-    return -1;
-  }
-};
+using Message = GepardCudaMessage;
 
 /* ---- cuBLAS, opened at run time ---- */
 
@@ -312,21 +293,6 @@ device_release (GepardCudaModel *m, void *p)
     m->allocations.erase (it);
   cudaFree (p);
 }
-
-int
-cuda_fail (Message &msg, cudaError_t status, const char *what)
-{
-  return msg.fail ("%s: %s (%s)", what, cudaGetErrorString (status), cudaGetErrorName (status));
-}
-
-#define CUDA_TRY(expr, what)                                                                       \
-  do                                                                                               \
-    {                                                                                              \
-      cudaError_t status_ = (expr);                                                                \
-      if (status_ != cudaSuccess)                                                                  \
-        return cuda_fail (msg, status_, what);                                                     \
-    }                                                                                              \
-  while (0)
 
 /* a named tensor with exactly `n` elements (its shape was validated with the checkpoint) */
 int

@@ -4,9 +4,62 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
+
+/* a failure's reason, written into the caller's buffer */
+struct GepardCudaMessage
+{
+  char *text;
+  size_t len;
+
+  __attribute__ ((format (printf, 2, 3))) int
+  fail (const char *format, ...)
+  {
+    if (text != NULL && len > 0)
+      {
+        va_list args;
+        va_start (args, format);
+        vsnprintf (text, len, format, args);
+        va_end (args);
+      }
+    return -1;
+  }
+};
+
+static inline int
+cuda_fail (GepardCudaMessage &msg, cudaError_t status, const char *what)
+{
+  return msg.fail ("%s: %s (%s)", what, cudaGetErrorString (status), cudaGetErrorName (status));
+}
+
+/* returns -1 from the enclosing function, with the reason in `msg`, when expr fails */
+#define CUDA_TRY(expr, what)                                                                       \
+  do                                                                                               \
+    {                                                                                              \
+      cudaError_t status_ = (expr);                                                                \
+      if (status_ != cudaSuccess)                                                                  \
+        return cuda_fail (msg, status_, what);                                                     \
+    }                                                                                              \
+  while (0)
 
 typedef __nv_bfloat16 gbf16;
+
+/* Every launch goes through here rather than the triple-chevron syntax, which clang-format does
+ * not read; the arguments are converted to the kernel's parameter types. */
+template <typename... Params, typename... Args>
+static inline cudaError_t
+launch (void (*kernel) (Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+        Args... args)
+{
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  return cudaLaunchKernelEx (&config, kernel, args...);
+}
 
 /* positions per KV-cache block */
 #define GEPARD_KV_BLOCK 64

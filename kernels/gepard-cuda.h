@@ -13,7 +13,7 @@ extern "C"
 {
 #endif
 
-#define GEPARD_CUDA_ABI_VERSION 2
+#define GEPARD_CUDA_ABI_VERSION 3
 
   typedef int (*GepardCudaAbiVersionFunc) (void);
   /* Number of usable GPUs in *n_devices and 0, or -1 with the reason in `message`. */
@@ -131,6 +131,57 @@ extern "C"
   typedef int (*GepardCudaStepFunc) (GepardCudaModel *model, const GepardCudaStepInput *inputs,
                                      int n, int32_t *codes, float *stop_logits, float *logits,
                                      char *message, size_t message_len);
+
+  /* ---- the codec's decoder on the GPU (nanocodec.md §2, §6.1) ---- */
+
+  typedef struct
+  {
+    int latent_dim;
+    int samples_per_frame;
+    int base_channels;
+    int n_stages;
+    int up_sample_rates[8];
+    int in_kernel_size;
+    int out_kernel_size;
+    int n_kernels;
+    int kernels[4];
+    int n_dilations;
+    int dilations[4];
+    int half_snake;  /* 1: HalfSnake activations, 0: LeakyReLU (0.01) everywhere */
+    int output_tanh; /* 1: tanh at the output, 0: clamp(−1, 1) */
+    int max_streams; /* streams alive at once */
+  } GepardCudaCodecConfig;
+
+  typedef struct
+  {
+    size_t weight_bytes;
+    size_t state_bytes; /* causal state of one stream */
+    size_t work_bytes;  /* state of every stream and the batch buffers */
+    int max_streams;
+    int tensor_cores; /* 0 when GEPARD_CUDA_CODEC_PEDANTIC=1 sums in plain fp32 */
+  } GepardCudaCodecInfo;
+
+  typedef struct _GepardCudaCodec GepardCudaCodec;
+
+  /* Uploads the decoder's weights (fp32 with weight norm folded, as the lookup gives them under
+   * "<conv>.weight") and allocates the state of max_streams streams and the batch buffers. */
+  typedef int (*GepardCudaCodecNewFunc) (int device, const GepardCudaCodecConfig *config,
+                                         GepardCudaTensorLookup lookup, void *user_data,
+                                         GepardCudaCodec **codec, char *message,
+                                         size_t message_len);
+  typedef void (*GepardCudaCodecFreeFunc) (GepardCudaCodec *codec);
+  typedef void (*GepardCudaCodecInfoFunc) (GepardCudaCodec *codec, GepardCudaCodecInfo *info);
+  /* a stream slot whose state is zero; any thread */
+  typedef int (*GepardCudaCodecStreamNewFunc) (GepardCudaCodec *codec, int *stream, char *message,
+                                               size_t message_len);
+  typedef void (*GepardCudaCodecStreamFreeFunc) (GepardCudaCodec *codec, int stream);
+  /* back to a zero state before the stream's next frame */
+  typedef void (*GepardCudaCodecStreamResetFunc) (GepardCudaCodec *codec, int stream);
+  /* One frame for each of n distinct streams in one batched pass: latent [n][latent_dim] (the
+   * dequantized codes) → samples[i] (samples_per_frame floats each, host memory). */
+  typedef int (*GepardCudaCodecDecodeFunc) (GepardCudaCodec *codec, const int *streams,
+                                            const float *latent, int n, float *const *samples,
+                                            char *message, size_t message_len);
 
 #ifdef __cplusplus
 }

@@ -19,9 +19,19 @@
  * bench: B sequences prefilled to each context length, then decode steps timed one by one (the
  * whole step: upload, forward, sampling on the device, copy back).
  *
+ *   gepard-cuda-check codec MODEL [--frames N] [--batches 1,8,64,256,1024] [--steps N]
+ *
+ * codec: the GPU's audio decoder against the CPU codec (gepard-codec.c) on the model's codec with
+ * random codes: 8 streams joining one pass after another decode N frames each, frame by frame in
+ * batched passes, against each stream decoded in one shot on the CPU; reported are the largest
+ * and the RMS error and the signal-to-error ratio, a stream decoded alone against the same stream
+ * in the batch, and a reset stream against a fresh one. Then the time of one pass (one frame for
+ * each of B streams, copied back to the host) for each B.
+ *
  * Exits 77 (skipped) where no GPU can run the model. */
 #include "gepard-backend.h"
 #include "gepard-checkpoint.h"
+#include "gepard-codec.h"
 #include "gepard-compute-cuda.h"
 #include "gepard-error.h"
 #include "gepard-generate.h"
@@ -42,6 +52,11 @@
 #define TOLERANCE 4.0
 /* where the CPU runs agree exactly (short runs of a small model), an eighth of a bf16 ulp at 1 */
 #define ABSOLUTE_TOLERANCE 1e-3
+/* The GPU decoder against the CPU codec: the signal-to-error ratio in dB it must reach with TF32
+ * tensor cores, and the largest sample error with the sums in plain fp32
+ * (GEPARD_CUDA_CODEC_PEDANTIC=1), where only summation order and sinf differ. */
+#define CODEC_MIN_SNR_DB 50.0
+#define CODEC_PEDANTIC_MAX_ERROR 1e-4
 
 typedef struct
 {
@@ -478,6 +493,209 @@ bench (Context *ctx, GArray *batches, GArray *contexts, int n_steps)
   return 0;
 }
 
+typedef struct
+{
+  double max_error, sum_sq_error, sum_sq_signal;
+  gsize n;
+} AudioStats;
+
+static void
+audio_compare (AudioStats *st, const float *ref, const float *out, gsize n)
+{
+  for (gsize i = 0; i < n; i++)
+    {
+      double e = fabs ((double)out[i] - ref[i]);
+      st->max_error = MAX (st->max_error, isnan (e) ? INFINITY : e);
+      st->sum_sq_error += e * e;
+      st->sum_sq_signal += (double)ref[i] * ref[i];
+    }
+  st->n += n;
+}
+
+static double
+audio_snr_db (const AudioStats *st)
+{
+  return st->sum_sq_error > 0 ? 10.0 * log10 (st->sum_sq_signal / st->sum_sq_error) : INFINITY;
+}
+
+static void
+random_codes (GRand *rand, const GepardCodecConfig *cc, gint32 *codes, int n_frames)
+{
+  for (int t = 0; t < n_frames; t++)
+    for (int i = 0; i < cc->latent_dim; i++)
+      codes[(gsize)t * cc->latent_dim + i]
+          = g_rand_int_range (rand, 0, cc->fsq_levels[i % cc->fsq_n_dims]);
+}
+
+/* decodes frame by frame on the GPU: stream k decodes frames [0, n_frames) of codes[k] in passes
+ * start[k] … start[k] + n_frames − 1 */
+static gboolean
+gpu_decode_staggered (GepardCompute *gpu, GepardAudioStream **streams, gint32 **codes,
+                      const int *start, int n, int n_frames, int spf, int latent, float **out,
+                      GError **error)
+{
+  g_autofree GepardAudioStream **batch_streams = g_new (GepardAudioStream *, n);
+  g_autofree const gint32 **batch_codes = g_new (const gint32 *, n);
+  g_autofree float **batch_out = g_new (float *, n);
+  g_autofree int *ones = g_new (int, n);
+  int last = 0;
+  for (int k = 0; k < n; k++)
+    last = MAX (last, start[k] + n_frames);
+  for (int pass = 0; pass < last; pass++)
+    {
+      int b = 0;
+      for (int k = 0; k < n; k++)
+        if (pass >= start[k] && pass < start[k] + n_frames)
+          {
+            int f = pass - start[k];
+            batch_streams[b] = streams[k];
+            batch_codes[b] = codes[k] + (gsize)f * latent;
+            batch_out[b] = out[k] + (gsize)f * spf;
+            ones[b] = 1;
+            b++;
+          }
+      if (b > 0
+          && !gpu->funcs->decode_audio (gpu, batch_streams, batch_codes, ones, batch_out, b, error))
+        return FALSE;
+    }
+  return TRUE;
+}
+
+static int
+codec_check (GepardCompute *gpu, GepardCodec *codec, GArray *batches, int n_frames, int n_steps)
+{
+  const GepardCodecConfig *cc = gepard_codec_get_config (codec);
+  int spf = cc->samples_per_frame, latent = cc->latent_dim;
+  const int n = 8;
+  g_autoptr (GError) error = NULL;
+  GRand *rand = g_rand_new_with_seed (11);
+  gboolean pedantic = g_strcmp0 (g_getenv ("GEPARD_CUDA_CODEC_PEDANTIC"), "1") == 0;
+  int status = 0;
+
+  /* parity: 8 staggered streams, then stream 0 alone and again after a reset */
+  gint32 *codes[n];
+  float *ref[n], *out[n];
+  GepardAudioStream *streams[n];
+  int start[n];
+  for (int k = 0; k < n; k++)
+    {
+      codes[k] = g_new (gint32, (gsize)n_frames * latent);
+      random_codes (rand, cc, codes[k], n_frames);
+      ref[k] = g_new (float, (gsize)n_frames *spf);
+      out[k] = g_new0 (float, (gsize)n_frames *spf);
+      start[k] = k;
+      streams[k] = gpu->funcs->audio_stream_new (gpu, &error);
+      g_assert_no_error (error);
+    }
+  gint64 t0 = g_get_monotonic_time ();
+  for (int k = 0; k < n; k++)
+    if (!gepard_codec_decode (codec, codes[k], n_frames, ref[k], &error))
+      g_error ("CPU decode: %s", error->message);
+  gint64 t1 = g_get_monotonic_time ();
+  if (!gpu_decode_staggered (gpu, streams, codes, start, n, n_frames, spf, latent, out, &error))
+    {
+      g_printerr ("gepard-cuda-check: %s\n", error->message);
+      return 1;
+    }
+  AudioStats batched = {0};
+  for (int k = 0; k < n; k++)
+    audio_compare (&batched, ref[k], out[k], (gsize)n_frames * spf);
+
+  /* stream 0 alone, after a reset of its stream: the same as a fresh stream */
+  g_autofree float *alone = g_new0 (float, (gsize)n_frames *spf);
+  gpu->funcs->audio_stream_reset (gpu, streams[0]);
+  int zero = 0;
+  if (!gpu_decode_staggered (gpu, streams, codes, &zero, 1, n_frames, spf, latent, &alone, &error))
+    {
+      g_printerr ("gepard-cuda-check: %s\n", error->message);
+      return 1;
+    }
+  AudioStats alone_vs_batch = {0}, alone_vs_cpu = {0};
+  audio_compare (&alone_vs_batch, out[0], alone, (gsize)n_frames * spf);
+  audio_compare (&alone_vs_cpu, ref[0], alone, (gsize)n_frames * spf);
+
+  g_print ("codec parity (%s, %d streams joining one pass apart, %d frames each, random codes; "
+           "CPU one-shot decode %.2f s):\n",
+           pedantic ? "sums in plain fp32" : "TF32 tensor cores", n, n_frames, (t1 - t0) / 1e6);
+  g_print (
+      "| comparison | max abs error | RMS error | signal RMS | SNR dB |\n|---|---|---|---|---|\n");
+  const struct
+  {
+    const char *name;
+    const AudioStats *st;
+  } rows[] = {
+      {"GPU batched vs CPU", &batched},
+      {"GPU alone (after reset) vs CPU", &alone_vs_cpu},
+      {"GPU alone vs GPU batched", &alone_vs_batch},
+  };
+  for (guint r = 0; r < G_N_ELEMENTS (rows); r++)
+    g_print ("| %s | %.3g | %.3g | %.3g | %.1f |\n", rows[r].name, rows[r].st->max_error,
+             sqrt (rows[r].st->sum_sq_error / rows[r].st->n),
+             sqrt (rows[r].st->sum_sq_signal / rows[r].st->n), audio_snr_db (rows[r].st));
+  gboolean ok = pedantic ? batched.max_error <= CODEC_PEDANTIC_MAX_ERROR
+                               && alone_vs_cpu.max_error <= CODEC_PEDANTIC_MAX_ERROR
+                         : audio_snr_db (&batched) >= CODEC_MIN_SNR_DB
+                               && audio_snr_db (&alone_vs_cpu) >= CODEC_MIN_SNR_DB;
+  g_print ("codec parity: %s (%s)\n\n", ok ? "PASS" : "FAIL",
+           pedantic ? "max error ≤ 1e-4" : "SNR ≥ 50 dB");
+  if (!ok)
+    status = 1;
+  for (int k = 0; k < n; k++)
+    {
+      gpu->funcs->audio_stream_free (gpu, streams[k]);
+      g_free (codes[k]);
+      g_free (ref[k]);
+      g_free (out[k]);
+    }
+
+  /* time of one pass for B streams */
+  g_print ("| B | ms/pass p50 | p90 | min | frames/s | x real time |\n|---|---|---|---|---|---|\n");
+  for (guint bi = 0; bi < batches->len; bi++)
+    {
+      int batch = g_array_index (batches, int, bi);
+      g_autofree GepardAudioStream **bs = g_new0 (GepardAudioStream *, batch);
+      g_autofree const gint32 **bc = g_new (const gint32 *, batch);
+      g_autofree float **bo = g_new (float *, batch);
+      g_autofree int *ones = g_new (int, batch);
+      g_autofree gint32 *all_codes = g_new (gint32, (gsize)batch * latent);
+      g_autofree float *all_out = g_new (float, (gsize)batch *spf);
+      g_autofree double *times = g_new (double, n_steps);
+      gboolean good = TRUE;
+      random_codes (rand, cc, all_codes, batch);
+      for (int k = 0; k < batch && good; k++)
+        {
+          good = (bs[k] = gpu->funcs->audio_stream_new (gpu, &error)) != NULL;
+          bc[k] = all_codes + (gsize)k * latent;
+          bo[k] = all_out + (gsize)k * spf;
+          ones[k] = 1;
+        }
+      for (int step = 0; step < n_steps + 3 && good; step++)
+        {
+          gint64 start_us = g_get_monotonic_time ();
+          good = gpu->funcs->decode_audio (gpu, bs, bc, ones, bo, batch, &error);
+          if (step >= 3)
+            times[step - 3] = (g_get_monotonic_time () - start_us) / 1e3;
+        }
+      for (int k = 0; k < batch; k++)
+        if (bs[k] != NULL)
+          gpu->funcs->audio_stream_free (gpu, bs[k]);
+      if (!good)
+        {
+          g_printerr ("gepard-cuda-check: B %d: %s\n", batch, error->message);
+          g_clear_error (&error);
+          status = 1;
+          continue;
+        }
+      qsort (times, n_steps, sizeof (double), compare_double);
+      double p50 = times[n_steps / 2], fps = batch / (p50 / 1e3);
+      g_print ("| %d | %.3f | %.3f | %.3f | %.0f | %.0f |\n", batch, p50,
+               times[MIN (n_steps - 1, n_steps * 9 / 10)], times[0], fps,
+               fps * spf / cc->sample_rate);
+    }
+  g_rand_free (rand);
+  return status;
+}
+
 int
 main (int argc, char **argv)
 {
@@ -493,20 +711,22 @@ main (int argc, char **argv)
       {NULL},
   };
   g_autoptr (GError) error = NULL;
-  g_autoptr (GOptionContext) options = g_option_context_new ("parity|bench MODEL");
+  g_autoptr (GOptionContext) options = g_option_context_new ("parity|bench|codec MODEL");
   setlocale (LC_ALL, "");
   g_option_context_add_main_entries (options, entries, NULL);
   g_option_context_set_summary (options, "The CUDA backend against the CPU reference, and its "
                                          "decode step time. Exits 77 where no GPU can run it.");
   if (!g_option_context_parse (options, &argc, &argv, &error) || argc != 3
-      || (g_strcmp0 (argv[1], "parity") != 0 && g_strcmp0 (argv[1], "bench") != 0) || n_frames < 1
-      || n_steps < 1)
+      || (g_strcmp0 (argv[1], "parity") != 0 && g_strcmp0 (argv[1], "bench") != 0
+          && g_strcmp0 (argv[1], "codec") != 0)
+      || n_frames < 1 || n_steps < 1)
     {
       g_printerr ("gepard-cuda-check: %s\n",
-                  error ? error->message : "give parity or bench and a model directory");
+                  error ? error->message : "give parity, bench or codec and a model directory");
       return 2;
     }
   gboolean is_bench = g_strcmp0 (argv[1], "bench") == 0;
+  gboolean is_codec = g_strcmp0 (argv[1], "codec") == 0;
 
   g_autoptr (GepardCheckpoint) checkpoint = gepard_checkpoint_open (argv[2], &error);
   if (checkpoint == NULL)
@@ -521,8 +741,23 @@ main (int argc, char **argv)
       g_printerr ("gepard-cuda-check: %s\n", error->message);
       return 1;
     }
+  g_autoptr (GepardCodec) codec = NULL;
+  if (is_codec)
+    {
+      const char *codec_path = gepard_checkpoint_get_codec_path (checkpoint);
+      if (codec_path == NULL)
+        {
+          g_printerr ("gepard-cuda-check: %s has no codec\n", argv[2]);
+          return 1;
+        }
+      if ((codec = gepard_codec_new (codec_path, &error)) == NULL)
+        {
+          g_printerr ("gepard-cuda-check: %s\n", error->message);
+          return 1;
+        }
+    }
   gint64 t1 = g_get_monotonic_time ();
-  GepardCompute *gpu = gepard_compute_cuda_new (checkpoint, model, NULL, 0, &error);
+  GepardCompute *gpu = gepard_compute_cuda_new (checkpoint, model, codec, 0, &error);
   if (gpu == NULL)
     {
       g_print ("gepard-cuda-check: skipped: %s\n", error->message);
@@ -541,11 +776,13 @@ main (int argc, char **argv)
   Context ctx
       = {model, c, gpu, c->hidden_size, c->n_audio_heads, gepard_model_get_n_head_logits (model)};
   g_autoptr (GArray) batches = parse_list (batches_text ? batches_text
+                                           : is_codec   ? "1,8,64,256,1024"
                                            : is_bench   ? "1,8,64,256"
                                                         : "1,8");
   g_autoptr (GArray) contexts = parse_list (contexts_text ? contexts_text : "64,1024");
-  int status
-      = is_bench ? bench (&ctx, batches, contexts, n_steps) : parity (&ctx, batches, n_frames);
+  int status = is_codec   ? codec_check (gpu, codec, batches, n_frames, n_steps)
+               : is_bench ? bench (&ctx, batches, contexts, n_steps)
+                          : parity (&ctx, batches, n_frames);
   gepard_compute_free (gpu);
   return status;
 }

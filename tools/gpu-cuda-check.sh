@@ -4,6 +4,9 @@
 # gepard-1.0 shapes — a compute-sanitizer pass over a small run, then the decode step time for
 # B = 1, 8, 64, 256 with and without CUDA graphs. `gpu-cuda-check.sh diag` instead runs the
 # parity with the GEMMs summed without tensor cores, and profiles a batch-1 decode with ncu.
+# `gpu-cuda-check.sh codec` checks the GPU's audio decoder against the CPU codec (tiny and
+# published codec shapes, TF32 and plain fp32 sums), times its batched pass, and runs the engine
+# benchmark end to end (LM and codec) on the gepard-1.0 shapes.
 #
 # The host needs no build tools: binaries built elsewhere are copied to $GEPARD_PREFIX/build
 # (default device-prefix/build: kernels/libgepard-cuda.so, gepard-core/libgepard.so,
@@ -55,6 +58,57 @@ if [ "${1:-}" = diag ]; then
   GEPARD_CUDA_GRAPHS=0 timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
     --csv --print-units base --log-file "$out/ncu-b1.csv" \
     "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1 --contexts 64 --steps 2
+  step done
+  exit 0
+fi
+
+if [ "${1:-}" = codec ]; then
+  step "tiny model with its codec"
+  rm -rf "$models/tiny-codec"
+  timeout 60 "$bin/tools/gepard-make-test-model" -p tiny "$models/tiny-codec" >/dev/null
+  step "codec parity, tiny"
+  timeout 120 "$bin/tools/gepard-cuda-check" codec "$models/tiny-codec" --frames 40 --batches 1,64
+  echo "exit $?"
+  GEPARD_CUDA_CODEC_PEDANTIC=1 timeout 120 "$bin/tools/gepard-cuda-check" codec \
+    "$models/tiny-codec" --frames 40 --batches 1
+  echo "exit $?"
+  step "gepard-1.0 shapes with the published codec's shapes"
+  timeout 200 "$bin/tools/gepard-make-test-model" -p gepard-1.0 "$models/g1-codec" >/dev/null
+  step "codec parity and pass time, published codec shapes"
+  timeout 300 "$bin/tools/gepard-cuda-check" codec "$models/g1-codec" --frames 12 \
+    --batches "${GEPARD_CODEC_BATCHES:-1,8,32,128,256,512,1024}"
+  echo "exit $?"
+  GEPARD_CUDA_CODEC_PEDANTIC=1 timeout 200 "$bin/tools/gepard-cuda-check" codec \
+    "$models/g1-codec" --frames 12 --batches 1,256
+  echo "exit $?"
+  step "kernel times of one codec pass over 256 streams"
+  GEPARD_CUDA_CODEC_PROFILE=256 timeout 200 ncu --clock-control none --profile-from-start off \
+    --metrics gpu__time_duration.sum --csv --print-units base --log-file "$out/ncu-codec.csv" \
+    "$bin/tools/gepard-cuda-check" codec "$models/g1-codec" --frames 2 --batches 256 --steps 1 \
+    >/dev/null
+  python3 - "$out/ncu-codec.csv" <<'EOF'
+import csv, sys, collections
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))
+        if r.get("Metric Name") == "gpu__time_duration.sum"]
+by = collections.defaultdict(lambda: [0, 0.0])
+for r in rows:
+    name = r["Kernel Name"].split("(")[0].split("<")[0].replace("void ", "")
+    by[name][0] += 1
+    by[name][1] += float(r["Metric Value"]) / 1e6
+total = sum(v[1] for v in by.values())
+print(f"{len(rows)} kernels, {total:.3f} ms in all")
+for name, (n, ms) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+    print(f"{name:28s} {n:5d} launches {ms:8.3f} ms {100 * ms / total:5.1f} %")
+EOF
+  step "engine end to end (LM + codec on the GPU), gepard-1.0 shapes, 200 frames"
+  # the GPU's memory in use, sampled while the benchmark runs
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 >"$out/memory.log" &
+  sampler=$!
+  timeout 400 "$bin/tools/gepard-bench" engine "$models/g1-codec" --device cuda \
+    --concurrency "${GEPARD_ENGINE_CONCURRENCY:-1,1,8,32,128,256,512,1024}" --frames 200
+  echo "exit $?"
+  kill "$sampler" 2>/dev/null
+  echo "GPU memory in use during the benchmark: at most $(sort -n "$out/memory.log" | tail -1) MiB"
   step done
   exit 0
 fi

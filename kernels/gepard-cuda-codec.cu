@@ -1,0 +1,1009 @@
+/* gepard-cuda-codec.cu: NanoCodec's causal decoder on the GPU, one frame for a batch of streams
+ * per pass (nanocodec.md §2, streaming per §6.1).
+ *
+ * Layout. Within a pass every stream adds the same number of columns at each layer (one frame),
+ * so a layer's activations for the whole batch are one matrix [channels][columns × streams] with
+ * the stream index fastest: column t of stream s is at t·B + s. A causal convolution then reads,
+ * for tap m, the input shifted by m·dilation columns — a contiguous shift of B·m·dilation in that
+ * matrix — and the whole convolution is one implicit GEMM
+ *   y[o][t·B + s] = b[o] + Σ_m Σ_c W[o][c][m] · act(x)[c][(t + m·d)·B + s]
+ * over the virtual input [history | new columns]. The history ((k − 1)·d columns per channel) of
+ * every stream lives in a state pool on the device, element (c, h) of stream slot p at
+ * state[(c·hist + h)·max_streams + p], so that a batch of consecutive slots reads it coalesced.
+ * Before a convolution a gather builds its virtual input for the batch — each stream's history,
+ * kept activated, then the activation of the new columns — and after it the last columns of
+ * that input become the histories. Where a layer's output alone would give the GPU few blocks
+ * (few streams), the reduction is split over blocks and summed in split order by a second kernel.
+ *
+ * The GEMMs run on tensor cores with TF32 inputs and fp32 accumulation;
+ * GEPARD_CUDA_CODEC_PEDANTIC=1 sums them in plain fp32 instead (the reference for the error the
+ * tensor cores add). Either way the summation order differs from the CPU's, so results agree with
+ * gepard-codec.c within a tolerance, not bit for bit. */
+#include "gepard-cuda.h"
+#include "gepard-cuda-private.h"
+
+#include <cuda_profiler_api.h>
+#include <mma.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#define GEPARD_CUDA_EXPORT extern "C" __attribute__ ((visibility ("default")))
+
+namespace
+{
+
+using Message = GepardCudaMessage;
+
+/* ---- kernels ---- */
+
+/* the GEMM tile: output channels × columns × reduction */
+constexpr int TILE_M = 64;
+constexpr int TILE_N = 64;
+constexpr int TILE_K = 32;
+constexpr int CONV_THREADS = 128;
+
+struct ActArgs
+{
+  int enabled;
+  int n_snake; /* channels [0, n_snake) Snake, the rest LeakyReLU (0.01) */
+  const float *alpha;
+  const float *inv_alpha;
+};
+
+struct ConvArgs
+{
+  const float *w;      /* [c_out][kernel][c_in] */
+  const float *bias;   /* [c_out] */
+  const int *k_offset; /* [kernel · c_in]: c·(hist + n) + m·dilation, in columns of one stream */
+  int c_in, c_out, k_total;
+  int n_cols;            /* n · batch: the output columns */
+  int batch;             /* streams */
+  int k_split;           /* reduction elements per split (a multiple of TILE_K) */
+  const float *xv;       /* the virtual input [c_in][(hist + n) · batch], activated */
+  const float *residual; /* [c_out][n · batch] or NULL: y = residual + conv */
+  const float *mean[3];  /* y = (mean[0] + … + y) / (n_mean + 1) */
+  int n_mean;
+  int output;     /* 0 none, 1 clamp(−1, 1), 2 tanh */
+  float *out;     /* [c_out][n · batch] */
+  float *partial; /* [splits][c_out][n · batch] where the reduction is split */
+};
+
+__device__ __forceinline__ float
+activate (const ActArgs &a, int c, float x)
+{
+  if (c < a.n_snake)
+    {
+      float s = sinf (a.alpha[c] * x);
+      return x + a.inv_alpha[c] * (s * s);
+    }
+  return x > 0.0f ? x : 0.01f * x;
+}
+
+__device__ __forceinline__ void
+conv_store (const ConvArgs &a, int o, int j, float acc)
+{
+  size_t at = (size_t)o * a.n_cols + j;
+  float y = acc + a.bias[o];
+  if (a.residual != NULL)
+    y = a.residual[at] + y;
+  if (a.n_mean > 0)
+    {
+      float sum = a.mean[0][at];
+      for (int i = 1; i < a.n_mean; i++)
+        sum += a.mean[i][at];
+      y = (sum + y) / (float)(a.n_mean + 1);
+    }
+  if (a.output == 1)
+    y = fminf (fmaxf (y, -1.0f), 1.0f);
+  else if (a.output == 2)
+    y = tanhf (y);
+  a.out[at] = y;
+}
+
+/* One TILE_M × TILE_N tile of a causal convolution over the reduction range of split
+ * blockIdx.z. With tensor cores, four warps each own a 32 × 32 quarter as 2 × 2 TF32 fragments;
+ * without, each thread sums 8 × 4 outputs in fp32. Element (kk, j) of the right-hand matrix is
+ * xv[k_offset[kk]·batch + j]: the tap's shift of the virtual input. */
+template <bool TENSOR_CORES>
+__global__ void
+__launch_bounds__ (CONV_THREADS) conv_kernel (ConvArgs a)
+{
+  __shared__ __align__ (32) float smem[TILE_M * TILE_K + TILE_K * TILE_N];
+  float *as = smem;                   /* [TILE_M][TILE_K] */
+  float *bs = smem + TILE_M * TILE_K; /* [TILE_K][TILE_N] */
+  const int o0 = blockIdx.y * TILE_M, j0 = blockIdx.x * TILE_N;
+  const int k_begin = blockIdx.z * a.k_split;
+  const int k_end = min (a.k_total, k_begin + a.k_split);
+  const int tid = threadIdx.x;
+
+  using namespace nvcuda;
+  wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc_tc[2][2];
+  float acc[8][4];
+  const int warp = tid / 32, wm = warp / 2, wn = warp % 2;
+  const int tr = tid / 16, tc = tid % 16;
+  if (TENSOR_CORES)
+    {
+      for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+          wmma::fill_fragment (acc_tc[i][k], 0.0f);
+    }
+  else
+    {
+      for (int i = 0; i < 8; i++)
+        for (int k = 0; k < 4; k++)
+          acc[i][k] = 0.0f;
+    }
+
+  for (int k0 = k_begin; k0 < k_end; k0 += TILE_K)
+    {
+      for (int i = 0; i < TILE_M * TILE_K / CONV_THREADS; i++)
+        {
+          int idx = tid + i * CONV_THREADS;
+          int r = idx / TILE_K, q = idx % TILE_K;
+          int o = o0 + r, kk = k0 + q;
+          as[idx] = o < a.c_out && kk < k_end ? a.w[(size_t)o * a.k_total + kk] : 0.0f;
+        }
+      for (int i = 0; i < TILE_K * TILE_N / CONV_THREADS; i++)
+        {
+          int idx = tid + i * CONV_THREADS;
+          int q = idx / TILE_N, col = idx % TILE_N;
+          int kk = k0 + q, j = j0 + col;
+          bs[idx] = kk < k_end && j < a.n_cols ? a.xv[(size_t)a.k_offset[kk] * a.batch + j] : 0.0f;
+        }
+      __syncthreads ();
+      if (TENSOR_CORES)
+        {
+          for (int kq = 0; kq < TILE_K; kq += 8)
+            {
+              wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>
+                  fa[2];
+              wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major>
+                  fb[2];
+              for (int i = 0; i < 2; i++)
+                {
+                  wmma::load_matrix_sync (fa[i], as + (wm * 32 + i * 16) * TILE_K + kq, TILE_K);
+                  for (int e = 0; e < fa[i].num_elements; e++)
+                    fa[i].x[e] = wmma::__float_to_tf32 (fa[i].x[e]);
+                  wmma::load_matrix_sync (fb[i], bs + kq * TILE_N + wn * 32 + i * 16, TILE_N);
+                  for (int e = 0; e < fb[i].num_elements; e++)
+                    fb[i].x[e] = wmma::__float_to_tf32 (fb[i].x[e]);
+                }
+              for (int i = 0; i < 2; i++)
+                for (int k = 0; k < 2; k++)
+                  wmma::mma_sync (acc_tc[i][k], fa[i], fb[k], acc_tc[i][k]);
+            }
+        }
+      else
+        {
+          for (int q = 0; q < TILE_K; q++)
+            {
+              float bv[4];
+              for (int k = 0; k < 4; k++)
+                bv[k] = bs[q * TILE_N + tc * 4 + k];
+              for (int i = 0; i < 8; i++)
+                {
+                  float av = as[(tr * 8 + i) * TILE_K + q];
+                  for (int k = 0; k < 4; k++)
+                    acc[i][k] = fmaf (av, bv[k], acc[i][k]);
+                }
+            }
+        }
+      __syncthreads ();
+    }
+
+  /* one split: the finished value; several: this split's partial sum */
+  float *partial = gridDim.z > 1 ? a.partial + (size_t)blockIdx.z * a.c_out * a.n_cols : NULL;
+  if (TENSOR_CORES)
+    {
+      float *cs = smem; /* [TILE_M][TILE_N], the size of both input tiles */
+      for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+          wmma::store_matrix_sync (cs + (wm * 32 + i * 16) * TILE_N + wn * 32 + k * 16,
+                                   acc_tc[i][k], TILE_N, wmma::mem_row_major);
+      __syncthreads ();
+      for (int idx = tid; idx < TILE_M * TILE_N; idx += CONV_THREADS)
+        {
+          int o = o0 + idx / TILE_N, j = j0 + idx % TILE_N;
+          if (o < a.c_out && j < a.n_cols)
+            {
+              if (partial != NULL)
+                partial[(size_t)o * a.n_cols + j] = cs[idx];
+              else
+                conv_store (a, o, j, cs[idx]);
+            }
+        }
+    }
+  else
+    {
+      for (int i = 0; i < 8; i++)
+        for (int k = 0; k < 4; k++)
+          {
+            int o = o0 + tr * 8 + i, j = j0 + tc * 4 + k;
+            if (o < a.c_out && j < a.n_cols)
+              {
+                if (partial != NULL)
+                  partial[(size_t)o * a.n_cols + j] = acc[i][k];
+                else
+                  conv_store (a, o, j, acc[i][k]);
+              }
+          }
+    }
+}
+
+/* the partial sums of the splits, in split order, then what conv_store adds */
+__global__ void
+conv_reduce_kernel (ConvArgs a, int splits)
+{
+  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  size_t plane = (size_t)a.c_out * a.n_cols;
+  if (idx >= plane)
+    return;
+  float sum = a.partial[idx];
+  for (int z = 1; z < splits; z++)
+    sum += a.partial[(size_t)z * plane + idx];
+  conv_store (a, (int)(idx / a.n_cols), (int)(idx % a.n_cols), sum);
+}
+
+/* A convolution's virtual input [c][(hist + n) · batch]: each stream's history (kept activated)
+ * then the activation of its n new columns. */
+__global__ void
+gather_input_kernel (const float *in, const float *state, int channels, int hist, int n, int batch,
+                     int max_streams, const int *slots, ActArgs act, float *xv)
+{
+  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  int length = hist + n;
+  if (idx >= (size_t)channels * length * batch)
+    return;
+  int s = (int)(idx % batch);
+  int tv = (int)(idx / batch % length);
+  int c = (int)(idx / ((size_t)batch * length));
+  float x;
+  if (tv < hist)
+    x = state[((size_t)c * hist + tv) * max_streams + slots[s]];
+  else
+    {
+      x = in[((size_t)c * n + tv - hist) * batch + s];
+      if (act.enabled)
+        x = activate (act, c, x);
+    }
+  xv[idx] = x;
+}
+
+/* after the convolution: each stream's history becomes the last `hist` columns of its virtual
+ * input */
+__global__ void
+keep_history_kernel (const float *xv, int channels, int hist, int n, int batch, float *state,
+                     int max_streams, const int *slots)
+{
+  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (size_t)channels * hist * batch)
+    return;
+  int s = (int)(idx % batch);
+  int h = (int)(idx / batch % hist);
+  int c = (int)(idx / ((size_t)batch * hist));
+  state[((size_t)c * hist + h) * max_streams + slots[s]]
+      = xv[((size_t)c * (hist + n) + n + h) * batch + s];
+}
+
+/* §2.3 grouped transposed convolution (groups = out channels, kernel 2·rate, stride rate): output
+ * column i·rate + r of channel ch gets frame i's tap r and frame i − 1's tap r + rate from input
+ * channels 2ch and 2ch + 1, the older frame first, the bias last. Frame −1 is the stream's last
+ * input column of the previous pass, kept in `carry` (pre-activation). */
+__global__ void
+up_sample_kernel (const float *in, int n_in, int batch, const float *w, const float *bias,
+                  int channels, int rate, ActArgs act, const float *carry, int max_streams,
+                  const int *slots, float *out)
+{
+  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  int n_out = n_in * rate;
+  if (idx >= (size_t)channels * n_out * batch)
+    return;
+  int s = (int)(idx % batch);
+  int u = (int)(idx / batch % n_out);
+  int ch = (int)(idx / ((size_t)batch * n_out));
+  int i = u / rate, r = u - i * rate;
+  float older = 0.0f, newer = 0.0f;
+  for (int p = 0; p < 2; p++)
+    {
+      int c = 2 * ch + p;
+      const float *x = in + (size_t)c * n_in * batch + s;
+      float cur = activate (act, c, x[(size_t)i * batch]);
+      float prev = i > 0 ? x[(size_t)(i - 1) * batch] : carry[(size_t)c * max_streams + slots[s]];
+      prev = activate (act, c, prev);
+      const float *wc = w + (size_t)c * 2 * rate;
+      older += prev * wc[r + rate];
+      newer += cur * wc[r];
+    }
+  out[idx] = (older + newer) + bias[ch];
+}
+
+__global__ void
+keep_carry_kernel (const float *in, int channels, int n_in, int batch, float *carry,
+                   int max_streams, const int *slots)
+{
+  int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= channels * batch)
+    return;
+  int c = idx / batch, s = idx - c * batch;
+  carry[(size_t)c * max_streams + slots[s]] = in[((size_t)c * n_in + n_in - 1) * batch + s];
+}
+
+/* zero the whole state of the listed slots */
+__global__ void
+zero_state_kernel (float *state, size_t per_stream, int max_streams, const int *slots)
+{
+  size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e < per_stream)
+    state[e * max_streams + slots[blockIdx.y]] = 0.0f;
+}
+
+/* [n][batch] (stream fastest) → [batch][n] */
+__global__ void
+unbatch_kernel (const float *in, int n, int batch, float *out)
+{
+  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (size_t)n * batch)
+    return;
+  int s = (int)(idx / n), t = (int)(idx % n);
+  out[idx] = in[(size_t)t * batch + s];
+}
+
+/* returns a failed launch's status from the enclosing function */
+#define RETURN_IF_FAILED(expr)                                                                     \
+  do                                                                                               \
+    {                                                                                              \
+      cudaError_t status_ = (expr);                                                                \
+      if (status_ != cudaSuccess)                                                                  \
+        return status_;                                                                            \
+    }                                                                                              \
+  while (0)
+
+/* blocks of 256 threads for `total` threads */
+inline unsigned
+blocks_for (size_t total)
+{
+  return (unsigned)((total + 255) / 256);
+}
+
+/* ---- the decoder's layers ---- */
+
+struct Act
+{
+  int channels = 0;
+  int n_snake = 0;
+  float *alpha = NULL;
+  float *inv_alpha = NULL;
+};
+
+struct Conv
+{
+  int c_in = 0, c_out = 0, kernel = 0, dilation = 1, hist = 0;
+  int n = 0; /* new columns per stream in a pass (one frame) */
+  float *w = NULL;
+  float *bias = NULL;
+  int *k_offset = NULL;
+  size_t state = 0; /* offset of its history piece, in floats per stream */
+};
+
+struct Block
+{
+  Act act_in, act_skip;
+  Conv conv_in, conv_skip;
+};
+
+struct Stage
+{
+  int c_in = 0, channels = 0, rate = 0;
+  int n_in = 0; /* columns per frame entering the stage */
+  Act act;
+  float *up_w = NULL;
+  float *up_b = NULL;
+  size_t carry = 0;
+  Block blocks[4][4];
+};
+
+} // namespace
+
+struct _GepardCudaCodec
+{
+  int device = 0;
+  cudaStream_t stream = NULL;
+  bool tensor_cores = true;
+  GepardCudaCodecConfig config;
+  Conv pre_conv, post_conv;
+  Act post_act;
+  Stage stages[8];
+  std::vector<void *> allocations;
+  size_t weight_bytes = 0;
+
+  size_t state_floats = 0; /* per stream */
+  float *state = NULL;
+  size_t buffer_floats = 0; /* per buffer */
+  float *buffers[8] = {};
+  int n_buffers = 0;
+  size_t input_floats = 0; /* a convolution's virtual input, per stream */
+  float *input = NULL;
+  size_t partial_floats = 0;
+  float *partial = NULL;
+  int target_blocks = 0;
+  float *d_latent = NULL;
+  int *d_slots = NULL;
+  int *d_fresh = NULL;
+  float *d_out = NULL;
+  float *h_latent = NULL;
+  int *h_slots = NULL;
+  float *h_out = NULL;
+
+  bool use_graphs = true;
+  int profile_batch = 0;
+  std::map<int, cudaGraphExec_t> graphs; /* a captured pass per batch size */
+
+  std::mutex lock;
+  std::vector<int> free_streams;
+  std::vector<char> fresh; /* the slot's state must be zeroed before its next frame */
+};
+
+namespace
+{
+
+template <typename T>
+cudaError_t
+codec_alloc (GepardCudaCodec *codec, T **ptr, size_t count)
+{
+  void *p = NULL;
+  cudaError_t status = cudaMalloc (&p, std::max<size_t> (count * sizeof (T), 1));
+  if (status == cudaSuccess)
+    codec->allocations.push_back (p);
+  *ptr = (T *)p;
+  return status;
+}
+
+int
+upload (GepardCudaCodec *codec, float **dst, const std::vector<float> &v, Message &msg)
+{
+  CUDA_TRY (codec_alloc (codec, dst, v.size ()), "Allocating the codec's weights");
+  CUDA_TRY (cudaMemcpy (*dst, v.data (), v.size () * sizeof (float), cudaMemcpyHostToDevice),
+            "Uploading the codec's weights");
+  codec->weight_bytes += v.size () * sizeof (float);
+  return 0;
+}
+
+/* a named fp32 tensor with exactly n elements */
+int
+fetch (GepardCudaTensorLookup lookup, void *user_data, const std::string &name, size_t n,
+       std::vector<float> &out, Message &msg)
+{
+  GepardCudaTensor t;
+  if (lookup (user_data, name.c_str (), &t) != 0)
+    return msg.fail ("The codec has no tensor %s", name.c_str ());
+  size_t count = 1;
+  for (int d = 0; d < t.n_dims; d++)
+    count *= (size_t)t.shape[d];
+  if (t.dtype != GEPARD_CUDA_DTYPE_F32 || count != n)
+    return msg.fail ("The codec's tensor %s has %zu elements where %zu were expected",
+                     name.c_str (), count, n);
+  const float *data = (const float *)t.data;
+  out.assign (data, data + n);
+  return 0;
+}
+
+int
+load_act (GepardCudaCodec *codec, Act &act, int channels, GepardCudaTensorLookup lookup,
+          void *user_data, const std::string &name, Message &msg)
+{
+  act.channels = channels;
+  act.n_snake = codec->config.half_snake ? channels / 2 : 0;
+  if (act.n_snake == 0)
+    return 0;
+  std::vector<float> alpha;
+  if (fetch (lookup, user_data, name + ".activation.snake_act.alpha", act.n_snake, alpha, msg) != 0)
+    return -1;
+  /* NeMo's reciprocal (alpha + 1e-9) in fp32 */
+  std::vector<float> inv (alpha.size ());
+  for (size_t i = 0; i < alpha.size (); i++)
+    inv[i] = 1.0f / (alpha[i] + 1e-9f);
+  if (upload (codec, &act.alpha, alpha, msg) != 0 || upload (codec, &act.inv_alpha, inv, msg) != 0)
+    return -1;
+  return 0;
+}
+
+/* W [c_out][c_in][k] → [c_out][k][c_in], the implicit GEMM's reduction order */
+int
+load_conv (GepardCudaCodec *codec, Conv &conv, int c_in, int c_out, int kernel, int dilation, int n,
+           GepardCudaTensorLookup lookup, void *user_data, const std::string &name, Message &msg)
+{
+  conv.c_in = c_in;
+  conv.c_out = c_out;
+  conv.kernel = kernel;
+  conv.dilation = dilation;
+  conv.hist = (kernel - 1) * dilation;
+  conv.n = n;
+  conv.state = codec->state_floats;
+  codec->state_floats += (size_t)c_in * conv.hist;
+  codec->input_floats = std::max (codec->input_floats, (size_t)c_in * (conv.hist + n));
+  std::vector<int> offsets ((size_t)kernel * c_in);
+  for (int m = 0; m < kernel; m++)
+    for (int c = 0; c < c_in; c++)
+      offsets[(size_t)m * c_in + c] = c * (conv.hist + n) + m * dilation;
+  CUDA_TRY (codec_alloc (codec, &conv.k_offset, offsets.size ()), "Allocating the codec's weights");
+  CUDA_TRY (cudaMemcpy (conv.k_offset, offsets.data (), offsets.size () * sizeof (int),
+                        cudaMemcpyHostToDevice),
+            "Uploading the codec's weights");
+  std::vector<float> w, bias;
+  if (fetch (lookup, user_data, name + ".conv.weight", (size_t)c_out * c_in * kernel, w, msg) != 0
+      || fetch (lookup, user_data, name + ".conv.bias", c_out, bias, msg) != 0)
+    return -1;
+  std::vector<float> packed (w.size ());
+  for (int o = 0; o < c_out; o++)
+    for (int c = 0; c < c_in; c++)
+      for (int m = 0; m < kernel; m++)
+        packed[((size_t)o * kernel + m) * c_in + c] = w[((size_t)o * c_in + c) * kernel + m];
+  if (upload (codec, &conv.w, packed, msg) != 0 || upload (codec, &conv.bias, bias, msg) != 0)
+    return -1;
+  return 0;
+}
+
+int
+load_weights (GepardCudaCodec *codec, GepardCudaTensorLookup lookup, void *user_data, Message &msg)
+{
+  const GepardCudaCodecConfig &c = codec->config;
+  const std::string dec = "audio_decoder.";
+  if (load_conv (codec, codec->pre_conv, c.latent_dim, c.base_channels, c.in_kernel_size, 1, 1,
+                 lookup, user_data, dec + "pre_conv", msg)
+      != 0)
+    return -1;
+  int channels = c.base_channels, n_in = 1;
+  for (int i = 0; i < c.n_stages; i++)
+    {
+      Stage &st = codec->stages[i];
+      std::string si = std::to_string (i);
+      st.c_in = channels;
+      st.channels = channels / 2;
+      st.rate = c.up_sample_rates[i];
+      st.n_in = n_in;
+      if (load_act (codec, st.act, st.c_in, lookup, user_data, dec + "activations." + si, msg) != 0)
+        return -1;
+      std::vector<float> w, b;
+      if (fetch (lookup, user_data, dec + "up_sample_conv_layers." + si + ".conv.weight",
+                 (size_t)st.c_in * 2 * st.rate, w, msg)
+              != 0
+          || fetch (lookup, user_data, dec + "up_sample_conv_layers." + si + ".conv.bias",
+                    st.channels, b, msg)
+                 != 0
+          || upload (codec, &st.up_w, w, msg) != 0 || upload (codec, &st.up_b, b, msg) != 0)
+        return -1;
+      st.carry = codec->state_floats;
+      codec->state_floats += st.c_in;
+      for (int j = 0; j < c.n_kernels; j++)
+        for (int m = 0; m < c.n_dilations; m++)
+          {
+            Block &bl = st.blocks[j][m];
+            std::string name = dec + "res_layers." + si + ".res_blocks." + std::to_string (j)
+                               + ".res_blocks." + std::to_string (m) + ".";
+            if (load_act (codec, bl.act_in, st.channels, lookup, user_data,
+                          name + "input_activation", msg)
+                    != 0
+                || load_act (codec, bl.act_skip, st.channels, lookup, user_data,
+                             name + "skip_activation", msg)
+                       != 0
+                || load_conv (codec, bl.conv_in, st.channels, st.channels, c.kernels[j],
+                              c.dilations[m], n_in * st.rate, lookup, user_data,
+                              name + "input_conv", msg)
+                       != 0
+                || load_conv (codec, bl.conv_skip, st.channels, st.channels, c.kernels[j], 1,
+                              n_in * st.rate, lookup, user_data, name + "skip_conv", msg)
+                       != 0)
+              return -1;
+          }
+      channels = st.channels;
+      n_in *= st.rate;
+    }
+  if (load_act (codec, codec->post_act, channels, lookup, user_data, dec + "post_activation", msg)
+          != 0
+      || load_conv (codec, codec->post_conv, channels, 1, c.out_kernel_size, 1, n_in, lookup,
+                    user_data, dec + "post_conv", msg)
+             != 0)
+    return -1;
+  if (n_in != c.samples_per_frame)
+    return msg.fail ("The codec's up-sampling rates give %d samples per frame, not %d", n_in,
+                     c.samples_per_frame);
+  return 0;
+}
+
+ActArgs
+act_args (const Act *act)
+{
+  ActArgs a = {};
+  if (act != NULL)
+    {
+      a.enabled = 1;
+      a.n_snake = act->n_snake;
+      a.alpha = act->alpha;
+      a.inv_alpha = act->inv_alpha;
+    }
+  return a;
+}
+
+/* One causal convolution over the batch: its virtual input (histories, then the activated new
+ * columns), the implicit GEMM — its reduction split over several blocks where the output alone
+ * would leave the GPU mostly idle — and the histories kept for the next pass. */
+cudaError_t
+run_conv (GepardCudaCodec *codec, const Conv &conv, const Act *act, const float *in, int batch,
+          const float *residual, const float *const *mean, int n_mean, int output, float *out)
+{
+  const int max_streams = codec->config.max_streams;
+  float *state = codec->state + conv.state * max_streams;
+  int length = conv.hist + conv.n;
+  size_t total = (size_t)conv.c_in * length * batch;
+  RETURN_IF_FAILED (launch (gather_input_kernel, blocks_for (total), 256, 0, codec->stream, in,
+                            state, conv.c_in, conv.hist, conv.n, batch, max_streams, codec->d_slots,
+                            act_args (act), codec->input));
+
+  ConvArgs a = {};
+  a.w = conv.w;
+  a.bias = conv.bias;
+  a.k_offset = conv.k_offset;
+  a.c_in = conv.c_in;
+  a.c_out = conv.c_out;
+  a.k_total = conv.kernel * conv.c_in;
+  a.n_cols = conv.n * batch;
+  a.batch = batch;
+  a.xv = codec->input;
+  a.residual = residual;
+  for (int i = 0; i < n_mean; i++)
+    a.mean[i] = mean[i];
+  a.n_mean = n_mean;
+  a.output = output;
+  a.out = out;
+  a.partial = codec->partial;
+  dim3 grid ((a.n_cols + TILE_N - 1) / TILE_N, (conv.c_out + TILE_M - 1) / TILE_M, 1);
+  int chunks = (a.k_total + TILE_K - 1) / TILE_K;
+  size_t plane = (size_t)conv.c_out * a.n_cols;
+  int splits = std::max (1, codec->target_blocks / (int)(grid.x * grid.y));
+  splits = std::min ({splits, chunks, (int)std::max<size_t> (1, codec->partial_floats / plane)});
+  a.k_split = (chunks + splits - 1) / splits * TILE_K;
+  grid.z = (a.k_total + a.k_split - 1) / a.k_split;
+  if (codec->tensor_cores)
+    RETURN_IF_FAILED (launch (conv_kernel<true>, grid, CONV_THREADS, 0, codec->stream, a));
+  else
+    RETURN_IF_FAILED (launch (conv_kernel<false>, grid, CONV_THREADS, 0, codec->stream, a));
+  if (grid.z > 1)
+    RETURN_IF_FAILED (
+        launch (conv_reduce_kernel, blocks_for (plane), 256, 0, codec->stream, a, grid.z));
+
+  if (conv.hist > 0)
+    {
+      size_t kept = (size_t)conv.c_in * conv.hist * batch;
+      RETURN_IF_FAILED (launch (keep_history_kernel, blocks_for (kept), 256, 0, codec->stream,
+                                codec->input, conv.c_in, conv.hist, conv.n, batch, state,
+                                max_streams, codec->d_slots));
+    }
+  return cudaGetLastError ();
+}
+
+/* §2.2 one stage: activation, transposed convolution, then the residual layer — kernels in
+ * parallel branches of dilated blocks, averaged. `x` holds the stage's input and receives its
+ * output. */
+cudaError_t
+run_stage (GepardCudaCodec *codec, const Stage &st, float *x, int batch)
+{
+  const GepardCudaCodecConfig &c = codec->config;
+  float *y = codec->buffers[1], *t = codec->buffers[2], **branch = codec->buffers + 3;
+  int n = st.n_in * st.rate;
+  ActArgs act = act_args (&st.act);
+  size_t total = (size_t)st.channels * n * batch;
+  RETURN_IF_FAILED (launch (up_sample_kernel, blocks_for (total), 256, 0, codec->stream, x, st.n_in,
+                            batch, st.up_w, st.up_b, st.channels, st.rate, act,
+                            codec->state + st.carry * c.max_streams, c.max_streams, codec->d_slots,
+                            y));
+  int threads = st.c_in * batch;
+  RETURN_IF_FAILED (launch (keep_carry_kernel, blocks_for (threads), 256, 0, codec->stream, x,
+                            st.c_in, st.n_in, batch, codec->state + st.carry * c.max_streams,
+                            c.max_streams, codec->d_slots));
+  for (int j = 0; j < c.n_kernels; j++)
+    for (int m = 0; m < c.n_dilations; m++)
+      {
+        const Block &bl = st.blocks[j][m];
+        const float *h = m == 0 ? y : branch[j];
+        bool last = j == c.n_kernels - 1 && m == c.n_dilations - 1;
+        cudaError_t status
+            = run_conv (codec, bl.conv_in, &bl.act_in, h, batch, NULL, NULL, 0, 0, t);
+        if (status == cudaSuccess)
+          status = run_conv (codec, bl.conv_skip, &bl.act_skip, t, batch, h, branch, last ? j : 0,
+                             0, last ? x : branch[j]);
+        if (status != cudaSuccess)
+          return status;
+      }
+  return cudaSuccess;
+}
+
+/* every kernel of a pass over n streams, from the latent to the samples in d_out */
+cudaError_t
+run_pass (GepardCudaCodec *codec, int n)
+{
+  const GepardCudaCodecConfig &c = codec->config;
+  float *x = codec->buffers[0];
+  cudaError_t status
+      = run_conv (codec, codec->pre_conv, NULL, codec->d_latent, n, NULL, NULL, 0, 0, x);
+  for (int i = 0; i < c.n_stages && status == cudaSuccess; i++)
+    status = run_stage (codec, codec->stages[i], x, n);
+  if (status != cudaSuccess)
+    return status;
+  float *pcm = codec->buffers[1];
+  status = run_conv (codec, codec->post_conv, &codec->post_act, x, n, NULL, NULL, 0,
+                     c.output_tanh ? 2 : 1, pcm);
+  if (status != cudaSuccess)
+    return status;
+  size_t total = (size_t)c.samples_per_frame * n;
+  RETURN_IF_FAILED (launch (unbatch_kernel, blocks_for (total), 256, 0, codec->stream, pcm,
+                            c.samples_per_frame, n, codec->d_out));
+  return cudaGetLastError ();
+}
+
+void
+drop_graphs (GepardCudaCodec *codec)
+{
+  for (auto &g : codec->graphs)
+    cudaGraphExecDestroy (g.second);
+  codec->graphs.clear ();
+}
+
+/* A pass as one graph launch: its kernels depend only on the number of streams (inputs are read
+ * from the same device buffers every time), so one capture per batch size serves every later
+ * pass of that size. Where capture fails, passes run uncaptured from then on. */
+cudaError_t
+run_pass_graph (GepardCudaCodec *codec, int n)
+{
+  auto it = codec->graphs.find (n);
+  if (it == codec->graphs.end ())
+    {
+      cudaGraph_t captured = NULL;
+      cudaGraphExec_t exec = NULL;
+      cudaError_t status = cudaStreamBeginCapture (codec->stream, cudaStreamCaptureModeThreadLocal);
+      if (status != cudaSuccess)
+        return status;
+      cudaError_t result = run_pass (codec, n);
+      status = cudaStreamEndCapture (codec->stream, &captured);
+      if (result == cudaSuccess && status == cudaSuccess)
+        status = cudaGraphInstantiate (&exec, captured, 0);
+      if (captured != NULL)
+        cudaGraphDestroy (captured);
+      if (result != cudaSuccess || status != cudaSuccess)
+        {
+          cudaGetLastError ();
+          codec->use_graphs = false;
+          return run_pass (codec, n);
+        }
+      /* batch sizes wander as streams come and go: bound what is kept */
+      if (codec->graphs.size () >= 128)
+        drop_graphs (codec);
+      it = codec->graphs.emplace (n, exec).first;
+    }
+  return cudaGraphLaunch (it->second, codec->stream);
+}
+
+} // namespace
+
+GEPARD_CUDA_EXPORT void
+gepard_cuda_codec_free (GepardCudaCodec *codec)
+{
+  if (codec == NULL)
+    return;
+  cudaSetDevice (codec->device);
+  if (codec->stream != NULL)
+    cudaStreamSynchronize (codec->stream);
+  drop_graphs (codec);
+  for (void *p : codec->allocations)
+    cudaFree (p);
+  cudaFreeHost (codec->h_latent);
+  cudaFreeHost (codec->h_slots);
+  cudaFreeHost (codec->h_out);
+  if (codec->stream != NULL)
+    cudaStreamDestroy (codec->stream);
+  delete codec;
+}
+
+namespace
+{
+
+int
+codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c,
+            GepardCudaTensorLookup lookup, void *user_data, Message &msg)
+{
+  if (c->latent_dim < 1 || c->base_channels < 2 || c->n_stages < 1 || c->n_stages > 8
+      || c->n_kernels < 1 || c->n_kernels > 4 || c->n_dilations < 1 || c->n_dilations > 4
+      || c->max_streams < 1 || c->samples_per_frame < 1 || c->in_kernel_size < 1
+      || c->out_kernel_size < 1)
+    return msg.fail ("The GPU codec cannot run this codec shape");
+  codec->device = device;
+  codec->config = *c;
+  const char *pedantic = getenv ("GEPARD_CUDA_CODEC_PEDANTIC");
+  codec->tensor_cores = pedantic == NULL || strcmp (pedantic, "1") != 0;
+  const char *graphs = getenv ("GEPARD_CUDA_GRAPHS");
+  codec->use_graphs = graphs == NULL || strcmp (graphs, "0") != 0;
+  const char *profile = getenv ("GEPARD_CUDA_CODEC_PROFILE");
+  codec->profile_batch = profile != NULL ? atoi (profile) : 0;
+  CUDA_TRY (cudaSetDevice (device), "Selecting the GPU");
+  CUDA_TRY (cudaStreamCreateWithFlags (&codec->stream, cudaStreamNonBlocking), "Creating a stream");
+  if (load_weights (codec, lookup, user_data, msg) != 0)
+    return -1;
+
+  /* the largest activation of one frame: [channels][columns] at any stage */
+  size_t per_frame = c->base_channels;
+  for (int i = 0; i < c->n_stages; i++)
+    per_frame = std::max (per_frame, (size_t)codec->stages[i].channels * codec->stages[i].n_in
+                                         * codec->stages[i].rate);
+  per_frame = std::max (per_frame, (size_t)c->samples_per_frame);
+  int streams = c->max_streams;
+  codec->buffer_floats = per_frame * streams;
+  codec->n_buffers = 3 + c->n_kernels;
+  for (int i = 0; i < codec->n_buffers; i++)
+    CUDA_TRY (codec_alloc (codec, &codec->buffers[i], codec->buffer_floats),
+              "Allocating the codec's batch buffers");
+  CUDA_TRY (codec_alloc (codec, &codec->input, codec->input_floats * streams),
+            "Allocating the codec's batch buffers");
+  /* split reductions: room for 8 splits of the largest output, at least 16 Mi floats */
+  codec->partial_floats = std::max ((size_t)16 << 20, 8 * per_frame * std::min (streams, 64));
+  CUDA_TRY (codec_alloc (codec, &codec->partial, codec->partial_floats),
+            "Allocating the codec's batch buffers");
+  int n_sms = 0;
+  CUDA_TRY (cudaDeviceGetAttribute (&n_sms, cudaDevAttrMultiProcessorCount, device),
+            "Querying the GPU");
+  codec->target_blocks = 2 * n_sms;
+  CUDA_TRY (codec_alloc (codec, &codec->state, codec->state_floats * streams),
+            "Allocating the codec's stream states");
+  CUDA_TRY (cudaMemset (codec->state, 0, codec->state_floats * streams * sizeof (float)),
+            "Clearing the codec's stream states");
+  CUDA_TRY (codec_alloc (codec, &codec->d_latent, (size_t)c->latent_dim * streams),
+            "Allocating the codec's inputs");
+  CUDA_TRY (codec_alloc (codec, &codec->d_slots, (size_t)2 * streams),
+            "Allocating the codec's inputs");
+  codec->d_fresh = codec->d_slots + streams;
+  CUDA_TRY (codec_alloc (codec, &codec->d_out, (size_t)c->samples_per_frame * streams),
+            "Allocating the codec's output");
+  CUDA_TRY (cudaHostAlloc ((void **)&codec->h_latent, (size_t)c->latent_dim * streams * 4, 0),
+            "Allocating host buffers");
+  CUDA_TRY (cudaHostAlloc ((void **)&codec->h_slots, (size_t)2 * streams * sizeof (int), 0),
+            "Allocating host buffers");
+  CUDA_TRY (cudaHostAlloc ((void **)&codec->h_out, (size_t)c->samples_per_frame * streams * 4, 0),
+            "Allocating host buffers");
+  codec->fresh.assign (streams, 0);
+  for (int s = streams - 1; s >= 0; s--)
+    codec->free_streams.push_back (s);
+  return 0;
+}
+
+} // namespace
+
+GEPARD_CUDA_EXPORT int
+gepard_cuda_codec_new (int device, const GepardCudaCodecConfig *config,
+                       GepardCudaTensorLookup lookup, void *user_data, GepardCudaCodec **out,
+                       char *message, size_t message_len)
+{
+  Message msg = {message, message_len};
+  GepardCudaCodec *codec = new GepardCudaCodec ();
+  if (codec_init (codec, device, config, lookup, user_data, msg) != 0)
+    {
+      gepard_cuda_codec_free (codec);
+      return -1;
+    }
+  *out = codec;
+  return 0;
+}
+
+GEPARD_CUDA_EXPORT void
+gepard_cuda_codec_info (GepardCudaCodec *codec, GepardCudaCodecInfo *info)
+{
+  info->weight_bytes = codec->weight_bytes;
+  info->state_bytes = codec->state_floats * sizeof (float);
+  info->work_bytes = ((codec->state_floats + codec->input_floats) * codec->config.max_streams
+                      + codec->buffer_floats * codec->n_buffers + codec->partial_floats)
+                     * sizeof (float);
+  info->max_streams = codec->config.max_streams;
+  info->tensor_cores = codec->tensor_cores;
+}
+
+GEPARD_CUDA_EXPORT int
+gepard_cuda_codec_stream_new (GepardCudaCodec *codec, int *stream, char *message,
+                              size_t message_len)
+{
+  Message msg = {message, message_len};
+  std::lock_guard<std::mutex> hold (codec->lock);
+  if (codec->free_streams.empty ())
+    return msg.fail ("All %d audio streams of the GPU codec are in use (GEPARD_GPU_MAX_SEQUENCES "
+                     "sets how many)",
+                     codec->config.max_streams);
+  *stream = codec->free_streams.back ();
+  codec->free_streams.pop_back ();
+  codec->fresh[*stream] = 1;
+  return 0;
+}
+
+GEPARD_CUDA_EXPORT void
+gepard_cuda_codec_stream_free (GepardCudaCodec *codec, int stream)
+{
+  std::lock_guard<std::mutex> hold (codec->lock);
+  codec->free_streams.push_back (stream);
+}
+
+GEPARD_CUDA_EXPORT void
+gepard_cuda_codec_stream_reset (GepardCudaCodec *codec, int stream)
+{
+  std::lock_guard<std::mutex> hold (codec->lock);
+  codec->fresh[stream] = 1;
+}
+
+GEPARD_CUDA_EXPORT int
+gepard_cuda_codec_decode (GepardCudaCodec *codec, const int *streams, const float *latent, int n,
+                          float *const *samples, char *message, size_t message_len)
+{
+  Message msg = {message, message_len};
+  const GepardCudaCodecConfig &c = codec->config;
+  if (n < 1)
+    return 0;
+  if (n > c.max_streams)
+    return msg.fail ("%d streams in one pass; the GPU codec takes at most %d", n, c.max_streams);
+  CUDA_TRY (cudaSetDevice (codec->device), "Selecting the GPU");
+
+  /* inputs: slots, then the slots whose state starts from zero; latent as [latent_dim][n] */
+  int n_fresh = 0;
+  {
+    std::lock_guard<std::mutex> hold (codec->lock);
+    for (int s = 0; s < n; s++)
+      {
+        codec->h_slots[s] = streams[s];
+        if (codec->fresh[streams[s]])
+          {
+            codec->h_slots[n + n_fresh++] = streams[s];
+            codec->fresh[streams[s]] = 0;
+          }
+      }
+  }
+  for (int s = 0; s < n; s++)
+    for (int i = 0; i < c.latent_dim; i++)
+      codec->h_latent[(size_t)i * n + s] = latent[(size_t)s * c.latent_dim + i];
+  cudaStream_t stream = codec->stream;
+  CUDA_TRY (cudaMemcpyAsync (codec->d_slots, codec->h_slots, (size_t)(n + n_fresh) * sizeof (int),
+                             cudaMemcpyHostToDevice, stream),
+            "Uploading the codec's inputs");
+  CUDA_TRY (cudaMemcpyAsync (codec->d_latent, codec->h_latent,
+                             (size_t)c.latent_dim * n * sizeof (float), cudaMemcpyHostToDevice,
+                             stream),
+            "Uploading the codec's inputs");
+  if (n_fresh > 0)
+    {
+      dim3 grid ((unsigned)((codec->state_floats + 255) / 256), n_fresh);
+      CUDA_TRY (launch (zero_state_kernel, grid, 256, 0, stream, codec->state, codec->state_floats,
+                        c.max_streams, codec->d_slots + n),
+                "Decoding audio");
+    }
+
+  if (n == codec->profile_batch)
+    {
+      /* GEPARD_CUDA_CODEC_PROFILE=N: the first pass over N streams, uncaptured, is the one a
+       * profiler started with --profile-from-start off sees */
+      codec->profile_batch = 0;
+      cudaProfilerStart ();
+      cudaError_t status = run_pass (codec, n);
+      cudaProfilerStop ();
+      CUDA_TRY (status, "Decoding audio");
+    }
+  else
+    CUDA_TRY (codec->use_graphs ? run_pass_graph (codec, n) : run_pass (codec, n),
+              "Decoding audio");
+  size_t total = (size_t)c.samples_per_frame * n;
+  CUDA_TRY (cudaMemcpyAsync (codec->h_out, codec->d_out, total * sizeof (float),
+                             cudaMemcpyDeviceToHost, stream),
+            "Copying audio back");
+  CUDA_TRY (cudaStreamSynchronize (stream), "Decoding audio");
+  for (int s = 0; s < n; s++)
+    memcpy (samples[s], codec->h_out + (size_t)s * c.samples_per_frame,
+            (size_t)c.samples_per_frame * sizeof (float));
+  return 0;
+}
