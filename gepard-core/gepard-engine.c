@@ -31,6 +31,8 @@ struct _GepardUtterance
   gint32 last_codes[GEPARD_MAX_AUDIO_HEADS];
   int n_frames;
   gboolean ended;
+  gboolean fault; /* its text holds the injected fault's marker: the first step fails it */
+  GError *error;  /* why it FAILED */
 };
 
 struct _GepardEngine
@@ -57,6 +59,8 @@ struct _GepardEngine
 
   GMutex voices_lock;
   GHashTable *voices; /* id → GepardVoice* */
+
+  char *fault_text; /* GEPARD_FAULT_FAIL_STREAM_TEXT, or NULL */
 };
 
 /* ---- utterances ---- */
@@ -75,6 +79,7 @@ gepard_utterance_unref (GepardUtterance *utterance)
     return;
   g_array_unref (utterance->layout);
   g_free (utterance->prefix);
+  g_clear_error (&utterance->error);
   if (utterance->sequence != NULL)
     utterance->engine->compute->funcs->sequence_free (utterance->engine->compute,
                                                       utterance->sequence);
@@ -94,6 +99,12 @@ gepard_utterance_cancel (GepardUtterance *utterance)
   g_mutex_unlock (&engine->lock);
 }
 
+const GError *
+gepard_utterance_get_error (GepardUtterance *utterance)
+{
+  return utterance->error;
+}
+
 static void
 utterance_end (GepardUtterance *utterance, GepardUtteranceEnd end)
 {
@@ -108,6 +119,17 @@ utterance_end (GepardUtterance *utterance, GepardUtteranceEnd end)
     }
   if (utterance->callbacks.done != NULL)
     utterance->callbacks.done (utterance, end, utterance->n_frames, utterance->user_data);
+}
+
+/* Ends the utterance with FAILED and a copy of `error`. */
+static void
+utterance_fail (GepardUtterance *utterance, const GError *error)
+{
+  if (utterance->ended)
+    return;
+  g_clear_error (&utterance->error);
+  utterance->error = g_error_copy (error);
+  utterance_end (utterance, GEPARD_UTTERANCE_FAILED);
 }
 
 /* ---- the scheduler ---- */
@@ -126,12 +148,20 @@ run_step (GepardEngine *engine, GPtrArray *admitted)
     {
       GepardUtterance *u = g_ptr_array_index (admitted, i);
       g_autoptr (GError) error = NULL;
+      if (u->fault)
+        {
+          /* the injected fault: this utterance's step fails, the others' goes on */
+          error = g_error_new (GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_FAULT,
+                               "Injected fault: the text contains \"%s\"", engine->fault_text);
+          utterance_fail (u, error);
+          continue;
+        }
       u->sequence = compute->funcs->sequence_new (compute, &u->sampling, &error);
       if (u->sequence == NULL)
         {
           /* no room on the device: this one ends, the others go on */
           g_warning ("Gepard cannot start an utterance: %s", error->message);
-          utterance_end (u, GEPARD_UTTERANCE_CANCELLED);
+          utterance_fail (u, error);
           continue;
         }
       g_ptr_array_add (batch, u);
@@ -168,7 +198,7 @@ run_step (GepardEngine *engine, GPtrArray *admitted)
       /* a backend failure ends what was in the step rather than the process */
       g_warning ("Gepard engine step failed: %s", error->message);
       for (int k = 0; k < n; k++)
-        utterance_end (g_ptr_array_index (batch, k), GEPARD_UTTERANCE_CANCELLED);
+        utterance_fail (g_ptr_array_index (batch, k), error);
       return;
     }
 
@@ -571,6 +601,14 @@ gepard_engine_new (const char *model, const char *device, const GepardEngineOpti
   g_mutex_init (&engine->voices_lock);
   engine->voices
       = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, (GDestroyNotify)gepard_voice_unref);
+  const char *fault_text = g_getenv ("GEPARD_FAULT_FAIL_STREAM_TEXT");
+  if (fault_text != NULL && fault_text[0] != '\0')
+    {
+      engine->fault_text = g_strdup (fault_text);
+      g_message ("Gepard engine: utterances whose text contains \"%s\" will fail "
+                 "(GEPARD_FAULT_FAIL_STREAM_TEXT)",
+                 fault_text);
+    }
   g_hash_table_insert (
       engine->voices, g_strdup ("default"),
       gepard_voice_new ("default", NULL, 0, gepard_model_get_config (lm)->hidden_size));
@@ -654,6 +692,7 @@ engine_release (GepardEngine *engine)
   gepard_checkpoint_free (engine->checkpoint);
   gepard_device_info_clear (&engine->device);
   g_free (engine->registry_key);
+  g_free (engine->fault_text);
   g_free (engine);
 }
 
@@ -811,6 +850,12 @@ gepard_engine_submit (GepardEngine *engine, const gint32 *text_ids, int n_ids, c
     u->callbacks = *callbacks;
   u->user_data = user_data;
   u->destroy = destroy;
+  if (engine->fault_text != NULL)
+    {
+      g_autofree char *text
+          = gepard_tokenizer_decode (gepard_engine_get_tokenizer (engine), text_ids, (gsize)n_ids);
+      u->fault = text != NULL && strstr (text, engine->fault_text) != NULL;
+    }
 
   g_mutex_lock (&engine->lock);
   if (engine->stopping

@@ -26,6 +26,7 @@ typedef enum
   GEPARD_ENGINE_ERROR_UNSUPPORTED,   /* a request the engine does not serve */
   GEPARD_ENGINE_ERROR_SHUTDOWN,      /* the engine is stopping */
   GEPARD_ENGINE_ERROR_BUSY,          /* no room for another utterance */
+  GEPARD_ENGINE_ERROR_FAULT, /* a fault injected on purpose (GEPARD_FAULT_FAIL_STREAM_TEXT) */
 } GepardEngineError;
 
 typedef struct
@@ -46,7 +47,12 @@ typedef struct _GepardEngine GepardEngine;
 GType gepard_engine_get_type (void);
 
 /* Loads `model` (a directory or a cached repo id, gepard-hub.h) with its codec when one is there,
- * on `device` ("auto", "cpu", "cuda", "cuda:N"), and starts the scheduler. */
+ * on `device` ("auto", "cpu", "cuda", "cuda:N"), and starts the scheduler.
+ *
+ * Fault injection, for tests of what serves the engine: when the environment variable
+ * GEPARD_FAULT_FAIL_STREAM_TEXT is set (read once, here), every utterance whose text (its ids
+ * decoded) contains that string fails at its first step with GEPARD_ENGINE_ERROR_FAULT, exactly as
+ * a failing backend step would fail it; the other utterances of the step go on. */
 GepardEngine *gepard_engine_new (const char *model, const char *device,
                                  const GepardEngineOptions *options, GError **error);
 /* The process-wide engine for (model, device): created on first use, shared while referenced. */
@@ -95,6 +101,7 @@ typedef enum
   GEPARD_UTTERANCE_STOPPED,    /* the stop head ended it (gepard-model.md §3.4) */
   GEPARD_UTTERANCE_MAX_FRAMES, /* it reached max_frames */
   GEPARD_UTTERANCE_CANCELLED,  /* gepard_utterance_cancel, or the engine stopped */
+  GEPARD_UTTERANCE_FAILED, /* the engine could not go on (gepard_utterance_get_error says why) */
 } GepardUtteranceEnd;
 
 typedef struct _GepardUtterance GepardUtterance;
@@ -120,6 +127,8 @@ GepardUtterance *gepard_engine_submit (GepardEngine *engine, const gint32 *text_
 /* Ends the utterance at the next iteration: at most the frame being delivered right now follows,
  * then `done` with CANCELLED (unless it had already ended). Any thread, also from a callback. */
 void gepard_utterance_cancel (GepardUtterance *utterance);
+/* Why a FAILED utterance failed; NULL otherwise. Set before `done` runs, read after it. */
+const GError *gepard_utterance_get_error (GepardUtterance *utterance);
 GepardUtterance *gepard_utterance_ref (GepardUtterance *utterance);
 void gepard_utterance_unref (GepardUtterance *utterance);
 
@@ -128,7 +137,9 @@ void gepard_utterance_unref (GepardUtterance *utterance);
  * Streams decode their frames through the engine rather than each on its own thread: a call
  * queues the frames and waits; each scheduler iteration decodes every stream's queued frames in
  * one batched pass (gepard-compute.h), so the codec's weights are read once per iteration for all
- * streams. The audio is bit for bit what a stream decoding alone gives (nanocodec.md §6.1). */
+ * streams. On the CPU the audio is bit for bit what a stream decoding alone gives (nanocodec.md
+ * §6.1); on the GPU it agrees with that within the tolerance gepard-cuda-check states (its
+ * reductions are grouped by the batch's size). */
 typedef struct _GepardAudioDecoder GepardAudioDecoder;
 
 /* One stream's decoder (its causal state lives with the backend); holds an engine reference.

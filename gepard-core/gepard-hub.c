@@ -80,6 +80,45 @@ gepard_hub_is_repo_id (const char *name)
   return name != NULL && split_repo_id (name, NULL, NULL, NULL);
 }
 
+gboolean
+gepard_hub_split_repo_id (const char *name, char **repo, char **revision, GError **error)
+{
+  g_autofree char *owner = NULL, *repo_name = NULL, *rev = NULL;
+  if (name == NULL || !split_repo_id (name, &owner, &repo_name, &rev))
+    {
+      g_set_error (error, GEPARD_HUB_ERROR, GEPARD_HUB_ERROR_INVALID_NAME,
+                   "“%s” is not a Hugging Face repo id (owner/name or owner/name@revision)",
+                   name != NULL ? name : "");
+      return FALSE;
+    }
+  if (repo != NULL)
+    *repo = g_strdup_printf ("%s/%s", owner, repo_name);
+  if (revision != NULL)
+    *revision = g_steal_pointer (&rev);
+  return TRUE;
+}
+
+char *
+gepard_hub_repo_dir (const char *repo)
+{
+  /* "owner/name" → "models--owner--name" */
+  g_auto (GStrv) parts = g_strsplit (repo, "/", -1);
+  g_autofree char *joined = g_strjoinv ("--", parts);
+  g_autofree char *folder = g_strconcat ("models--", joined, NULL);
+  g_autofree char *cache = gepard_hub_cache_dir ();
+  return g_build_filename (cache, folder, NULL);
+}
+
+gboolean
+gepard_hub_is_offline (void)
+{
+  const char *value = g_getenv ("HF_HUB_OFFLINE");
+  if (value == NULL)
+    return FALSE;
+  return g_ascii_strcasecmp (value, "1") == 0 || g_ascii_strcasecmp (value, "true") == 0
+         || g_ascii_strcasecmp (value, "yes") == 0 || g_ascii_strcasecmp (value, "on") == 0;
+}
+
 static gboolean
 is_commit_hash (const char *s)
 {

@@ -72,6 +72,7 @@ typedef struct
   GArray *codes; /* gint32 [n][32]: frames sampled, not yet taken by the streaming thread */
   gboolean ended;
   GepardUtteranceEnd end;
+  GError *error;    /* why the engine failed it (end FAILED) */
   gint interrupted; /* atomic; flush or stop: the streaming thread returns, queued frames are
                        dropped */
 } Generation;
@@ -151,6 +152,7 @@ generation_unref (gpointer data)
   if (!g_atomic_ref_count_dec (&g->ref_count))
     return;
   g_array_unref (g->codes);
+  g_clear_error (&g->error);
   g_mutex_clear (&g->lock);
   g_cond_clear (&g->cond);
   g_free (g);
@@ -177,6 +179,8 @@ on_done (GepardUtterance *utterance, GepardUtteranceEnd end, int n_frames, gpoin
   g_mutex_lock (&g->lock);
   g->ended = TRUE;
   g->end = end;
+  if (end == GEPARD_UTTERANCE_FAILED && gepard_utterance_get_error (utterance) != NULL)
+    g->error = g_error_copy (gepard_utterance_get_error (utterance));
   g_cond_signal (&g->cond);
   g_mutex_unlock (&g->lock);
 }
@@ -334,6 +338,8 @@ gst_gepard_lm_push_frames (GstGepardLm *self, Generation *g, guint *n_pushed,
         }
       g_array_set_size (taken, 0);
       /* only this element cancels its utterances, and only when it is being flushed or stopped */
+      if (ended && *end == GEPARD_UTTERANCE_FAILED)
+        return GST_FLOW_ERROR; /* the caller posts the engine's error */
       if (ended)
         return *end == GEPARD_UTTERANCE_CANCELLED ? GST_FLOW_FLUSHING : GST_FLOW_OK;
     }
@@ -350,6 +356,8 @@ utterance_end_name (GepardUtteranceEnd end)
       return "max-frames";
     case GEPARD_UTTERANCE_CANCELLED:
       return "cancellation";
+    case GEPARD_UTTERANCE_FAILED:
+      return "an engine failure";
     }
   return "?";
 }
@@ -422,6 +430,11 @@ gst_gepard_lm_generate (GstGepardLm *self, const GArray *ids)
   /* downstream stopped taking frames, or a flush: the engine must not go on for nothing */
   if (ret != GST_FLOW_OK)
     gepard_utterance_cancel (u);
+  if (ret == GST_FLOW_ERROR && end == GEPARD_UTTERANCE_FAILED)
+    GST_ELEMENT_ERROR (self, STREAM, FAILED,
+                       ("The GEPARD engine failed the sentence: %s",
+                        g->error != NULL ? g->error->message : "unknown error"),
+                       (NULL));
 
   g_mutex_lock (&self->lock);
   g_clear_pointer (&self->generation, generation_unref);

@@ -13,6 +13,7 @@ GEPARD_APT_PACKAGES=(
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   libsoup-3.0-dev libpq-dev postgresql openssl
+  chromium chromium-driver # headless browser for the playground page's test
   python3 python3-venv python3-pip
 )
 

@@ -8,6 +8,7 @@
 #   GEPARD_FUZZ_SECONDS=N      time per fuzz target (default 40; 0 skips fuzzing)
 #   GEPARD_FUZZ_JOBS=N         fuzz targets run at once (default: the number of CPUs)
 #   GEPARD_FUZZ_BUILD          the clang build dir (default build-fuzz)
+#   GEPARD_SOAK_SECONDS=N      length of the server's load and soak test (default 150)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 

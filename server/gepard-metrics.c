@@ -154,7 +154,7 @@ gepard_metrics_render (GepardMetrics *m, GepardEngine *engine, gboolean ready)
   g_string_append_printf (out, "gepard_contexts_total %" G_GUINT64_FORMAT "\n",
                           m->contexts_started);
   header (out, "gepard_contexts_ended_total", "counter",
-          "Generations ended, by outcome (done, cancelled, error, disconnected).");
+          "Generations ended, by outcome (done, cancelled, error, disconnected, shutdown).");
   g_autoptr (GPtrArray) outcomes = sorted_keys (m->ended);
   for (guint i = 0; i < outcomes->len; i++)
     g_string_append_printf (out,

@@ -128,8 +128,11 @@ gepard_tts_request_parse (const char *data, gsize length, GepardTtsRequest *requ
     }
   if (length > G_MAXSSIZE || !json_parser_load_from_data (parser, data, (gssize)length, &local))
     {
+      /* json-glib quotes the offending input, which need not be UTF-8 (a lone surrogate escape
+       * comes out as one): the message goes into JSON answers and WebSocket text frames */
+      g_autofree char *reason = g_utf8_make_valid (local != NULL ? local->message : "too long", -1);
       g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST, "Invalid JSON: %s",
-                   local != NULL ? local->message : "too long");
+                   reason);
       return FALSE;
     }
   JsonNode *root = json_parser_get_root (parser);
@@ -157,6 +160,73 @@ gepard_tts_request_parse (const char *data, gsize length, GepardTtsRequest *requ
       if (!gepard_output_format_parse (format, &request->output_format, error))
         return FALSE;
       request->has_output_format = TRUE;
+    }
+  return TRUE;
+}
+
+gboolean
+gepard_text_is_blank (const char *text)
+{
+  if (text == NULL)
+    return TRUE;
+  for (const char *p = text; *p != '\0'; p = g_utf8_next_char (p))
+    if (!g_unichar_isspace (g_utf8_get_char (p)))
+      return FALSE;
+  return TRUE;
+}
+
+gboolean
+gepard_tts_request_check_http (const GepardTtsRequest *request, gboolean sse,
+                               int max_transcript_chars, GError **error)
+{
+  if (request->transcript == NULL || !g_utf8_validate (request->transcript, -1, NULL)
+      || gepard_text_is_blank (request->transcript))
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "transcript is required and must not be empty");
+      return FALSE;
+    }
+  if (g_utf8_strlen (request->transcript, -1) > max_transcript_chars)
+    {
+      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_TRANSCRIPT_TOO_LONG,
+                   "transcript is longer than %d characters", max_transcript_chars);
+      return FALSE;
+    }
+  if (!request->has_output_format)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "output_format is required");
+      return FALSE;
+    }
+  if (sse && request->output_format.container != GEPARD_CONTAINER_RAW)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_UNSUPPORTED_FORMAT,
+                           "/tts/sse streams raw audio only: use container raw");
+      return FALSE;
+    }
+  return TRUE;
+}
+
+gboolean
+gepard_tts_request_check_new_context (const GepardTtsRequest *request, GError **error)
+{
+  if (!request->continue_ && gepard_text_is_blank (request->transcript) && !request->flush)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "transcript must not be empty");
+      return FALSE;
+    }
+  if (!request->has_output_format)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "output_format is required");
+      return FALSE;
+    }
+  if (request->output_format.container != GEPARD_CONTAINER_RAW)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_UNSUPPORTED_FORMAT,
+                           "WebSocket contexts stream raw audio only: use container raw");
+      return FALSE;
     }
   return TRUE;
 }
@@ -326,9 +396,12 @@ gepard_event_error (const char *context_id, const GError *error, const char *req
 {
   guint status = gepard_api_error_get_status (error);
   const char *title = gepard_api_error_get_title (status);
-  const char *message = error != NULL && error->domain == GEPARD_API_ERROR
-                            ? error->message
-                            : "The server could not complete the request.";
+  /* a text frame must be UTF-8, whatever the message quotes */
+  g_autofree char *message = g_utf8_make_valid (error != NULL && error->domain == GEPARD_API_ERROR
+                                                    ? error->message
+                                                    : "The server could not complete the "
+                                                      "request.",
+                                                -1);
   g_autofree char *legacy = g_strdup_printf ("%s: %s", title, message);
 
   JsonBuilder *b = begin_event ("error", context_id, TRUE, (int)status);

@@ -31,6 +31,16 @@ gboolean gepard_tts_request_parse (const char *data, gsize length, GepardTtsRequ
 void gepard_tts_request_clear (GepardTtsRequest *request);
 G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (GepardTtsRequest, gepard_tts_request_clear)
 
+/* What POST /tts/bytes and /tts/sse need of a parsed request: a transcript that is not blank, at
+ * most `max_transcript_chars` characters, and an output_format (raw, for `sse`). */
+gboolean gepard_tts_request_check_http (const GepardTtsRequest *request, gboolean sse,
+                                        int max_transcript_chars, GError **error);
+/* What a WebSocket message that opens a context needs: a transcript that is not blank (unless it
+ * continues or flushes) and a raw output_format. */
+gboolean gepard_tts_request_check_new_context (const GepardTtsRequest *request, GError **error);
+/* NULL, empty or only whitespace. */
+gboolean gepard_text_is_blank (const char *text);
+
 /* A voice id a client may name: 1 to 128 of [A-Za-z0-9._:-], not starting with a dot. Ids never
  * reach a file system path, and this keeps them from looking like one. */
 gboolean gepard_voice_id_is_valid (const char *id);

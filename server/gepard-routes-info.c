@@ -17,6 +17,24 @@ gepard_routes_root (GepardServer *server, SoupServerMessage *msg, guint version)
   gepard_http_send_json (msg, SOUP_STATUS_OK, root);
 }
 
+/* "gpu": the GPU ids, the memory fraction and whether an MPS daemon shares the GPU */
+static void
+add_placement (JsonBuilder *b, const GepardServerConfig *config)
+{
+  json_builder_set_member_name (b, "gpu");
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "device_ids");
+  json_builder_begin_array (b);
+  for (guint i = 0; i < config->n_gpu_device_ids; i++)
+    json_builder_add_int_value (b, config->gpu_device_ids[i]);
+  json_builder_end_array (b);
+  json_builder_set_member_name (b, "memory_utilization");
+  json_builder_add_double_value (b, config->gpu_memory_utilization);
+  json_builder_set_member_name (b, "mps");
+  json_builder_add_boolean_value (b, config->mps);
+  json_builder_end_object (b);
+}
+
 void
 gepard_routes_health (GepardServer *server, SoupServerMessage *msg)
 {
@@ -25,7 +43,11 @@ gepard_routes_health (GepardServer *server, SoupServerMessage *msg)
 
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "status");
-  json_builder_add_string_value (b, ready ? "ok" : "loading");
+  /* a draining server is out of rotation: load balancers stop sending it work */
+  json_builder_add_string_value (b, server->draining      ? "draining"
+                                    : ready               ? "ok"
+                                    : server->downloading ? "downloading"
+                                                          : "loading");
   if (!ready)
     {
       json_builder_set_member_name (b, "reason");
@@ -60,9 +82,11 @@ gepard_routes_health (GepardServer *server, SoupServerMessage *msg)
       json_builder_set_member_name (b, "active_contexts");
       json_builder_add_int_value (b, gepard_metrics_get_active_contexts (server->metrics));
     }
+  add_placement (b, &server->config);
   json_builder_end_object (b);
   g_autoptr (JsonNode) root = json_builder_get_root (b);
-  gepard_http_send_json (msg, ready ? SOUP_STATUS_OK : SOUP_STATUS_SERVICE_UNAVAILABLE, root);
+  gepard_http_send_json (
+      msg, ready && !server->draining ? SOUP_STATUS_OK : SOUP_STATUS_SERVICE_UNAVAILABLE, root);
 }
 
 void

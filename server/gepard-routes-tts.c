@@ -2,7 +2,9 @@
  *
  * Each request is one generation whose audio streams out as it is produced: the response is
  * paused until the first audio, so that an error before it still gets its own status, then
- * written chunk by chunk. A client that goes away stops its generation. */
+ * written chunk by chunk. A client that goes away stops its generation, and one that reads slowly
+ * holds it: past a quarter of --max-send-buffer-bytes written to the response and not yet to the
+ * socket, the generation waits until half of that has gone out. */
 #include "gepard-server.h"
 
 #include <string.h>
@@ -20,6 +22,8 @@ typedef struct
   guint version;
   gboolean responding; /* status and headers are set */
   gint64 last_chunk_time;
+  gsize unsent;             /* response bytes not yet written to the socket */
+  gboolean held;            /* the session is held until the client has read */
   GepardTtsRequest request; /* while its voice is being fetched */
   GCancellable *cancellable;
 } HttpGeneration;
@@ -103,7 +107,8 @@ gepard_server_prepare_generation (GepardServer *server, const char *voice_id,
   if (gepard_metrics_get_active_contexts (server->metrics) >= (guint)server->config.max_contexts)
     {
       g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_TOO_MANY_CONTEXTS,
-                   "Too many generations at once: this server runs at most %d",
+                   "Too many generations at once: this server runs at most %d; retry when one "
+                   "has finished",
                    server->config.max_contexts);
       return FALSE;
     }
@@ -133,6 +138,8 @@ static void
 http_generation_free (gpointer data)
 {
   HttpGeneration *g = data;
+  if (g->server->generations != NULL)
+    g_hash_table_remove (g->server->generations, g);
   gepard_tts_request_clear (&g->request);
   g_clear_object (&g->cancellable);
   g_free (g->context_id);
@@ -140,11 +147,36 @@ http_generation_free (gpointer data)
   g_free (g);
 }
 
-static void
-append_text (SoupServerMessage *msg, char *text)
+static gsize
+hold_limit (HttpGeneration *g)
 {
-  soup_message_body_append (soup_server_message_get_response_body (msg), SOUP_MEMORY_TAKE, text,
-                            strlen (text));
+  return (gsize)g->server->config.max_send_buffer_bytes / 4;
+}
+
+/* Appends to the response, holding the generation while the client is behind. */
+static void
+append_bytes (HttpGeneration *g, GBytes *bytes)
+{
+  soup_message_body_append_bytes (soup_server_message_get_response_body (g->msg), bytes);
+  g->unsent += g_bytes_get_size (bytes);
+  if (!g->held && g->session != NULL && g->unsent > hold_limit (g))
+    {
+      g->held = TRUE;
+      gepard_tts_session_set_held (g->session, TRUE);
+    }
+}
+
+static void
+on_wrote_body_data (SoupServerMessage *msg, guint size, gpointer user_data)
+{
+  HttpGeneration *g = user_data;
+  g->unsent -= MIN (g->unsent, size);
+  if (g->held && g->unsent <= hold_limit (g) / 2)
+    {
+      g->held = FALSE;
+      if (g->session != NULL)
+        gepard_tts_session_set_held (g->session, FALSE);
+    }
 }
 
 static void
@@ -153,7 +185,8 @@ send_sse_event (HttpGeneration *g, const char *event_name, char *json)
   char *frame = event_name != NULL ? g_strdup_printf ("event: %s\ndata: %s\n\n", event_name, json)
                                    : g_strdup_printf ("data: %s\n\n", json);
   g_free (json);
-  append_text (g->msg, frame);
+  g_autoptr (GBytes) bytes = g_bytes_new_take (frame, strlen (frame));
+  append_bytes (g, bytes);
 }
 
 static void
@@ -164,6 +197,9 @@ begin_response (HttpGeneration *g)
   g->responding = TRUE;
   soup_server_message_set_status (g->msg, SOUP_STATUS_OK, NULL);
   soup_message_headers_set_encoding (headers, SOUP_ENCODING_CHUNKED);
+  /* what has been written is dropped, so that only what waits for the client is kept */
+  soup_message_body_set_accumulate (soup_server_message_get_response_body (g->msg), FALSE);
+  g_signal_connect (g->msg, "wrote-body-data", G_CALLBACK (on_wrote_body_data), g);
   if (g->sse)
     {
       soup_message_headers_set_content_type (headers, "text/event-stream", NULL);
@@ -175,7 +211,7 @@ begin_response (HttpGeneration *g)
   if (g->format.container == GEPARD_CONTAINER_WAV)
     {
       g_autoptr (GBytes) header = gepard_output_format_wav_header (&g->format);
-      soup_message_body_append_bytes (soup_server_message_get_response_body (g->msg), header);
+      append_bytes (g, header);
     }
 }
 
@@ -209,7 +245,7 @@ on_audio (GepardTtsSession *session, GBytes *audio, gpointer user_data)
           gepard_event_chunk (g->context_id, data, size, (now - g->last_chunk_time) / 1000.0, 0));
     }
   else
-    soup_message_body_append_bytes (soup_server_message_get_response_body (g->msg), audio);
+    append_bytes (g, audio);
   g->last_chunk_time = now;
   soup_server_message_unpause (g->msg);
 }
@@ -229,11 +265,10 @@ on_sentence (GepardTtsSession *session, const char *text, double start, double e
   soup_server_message_unpause (g->msg);
 }
 
+/* The response's end: the error's status or event when there is one. */
 static void
-on_done (GepardTtsSession *session, const GError *error, gpointer user_data)
+finish_generation (HttpGeneration *g, const GError *error, const char *outcome)
 {
-  HttpGeneration *g = user_data;
-
   if (error != NULL && !g->responding)
     gepard_http_send_error (g->msg, g->version, error, g->request_id);
   else
@@ -248,8 +283,14 @@ on_done (GepardTtsSession *session, const GError *error, gpointer user_data)
                                       : gepard_event_done (g->context_id));
       soup_message_body_complete (soup_server_message_get_response_body (g->msg));
     }
-  end_generation (g, error != NULL ? "error" : "done");
+  end_generation (g, outcome);
   soup_server_message_unpause (g->msg);
+}
+
+static void
+on_done (GepardTtsSession *session, const GError *error, gpointer user_data)
+{
+  finish_generation (user_data, error, error != NULL ? "error" : "done");
 }
 
 static const GepardTtsSessionCallbacks http_callbacks = {
@@ -269,51 +310,11 @@ static void
 on_message_finished (SoupServerMessage *msg, gpointer user_data)
 {
   HttpGeneration *g = user_data;
+  g_hash_table_remove (g->server->generations, g);
   /* still fetching its voice or generating: the client went away */
   if (g->cancellable != NULL)
     g_cancellable_cancel (g->cancellable);
   end_generation (g, "disconnected");
-}
-
-static gboolean
-transcript_is_blank (const char *text)
-{
-  for (const char *p = text; *p != '\0'; p = g_utf8_next_char (p))
-    if (!g_unichar_isspace (g_utf8_get_char (p)))
-      return FALSE;
-  return TRUE;
-}
-
-static gboolean
-check_request (GepardServer *server, const HttpGeneration *g, const GepardTtsRequest *request,
-               GError **error)
-{
-  if (request->transcript == NULL || !g_utf8_validate (request->transcript, -1, NULL)
-      || transcript_is_blank (request->transcript))
-    {
-      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
-                           "transcript is required and must not be empty");
-      return FALSE;
-    }
-  if (g_utf8_strlen (request->transcript, -1) > server->config.max_transcript_chars)
-    {
-      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_TRANSCRIPT_TOO_LONG,
-                   "transcript is longer than %d characters", server->config.max_transcript_chars);
-      return FALSE;
-    }
-  if (!request->has_output_format)
-    {
-      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
-                           "output_format is required");
-      return FALSE;
-    }
-  if (g->sse && request->output_format.container != GEPARD_CONTAINER_RAW)
-    {
-      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_UNSUPPORTED_FORMAT,
-                           "/tts/sse streams raw audio only: use container raw");
-      return FALSE;
-    }
-  return TRUE;
 }
 
 /* The request, checked, into g->request. */
@@ -326,7 +327,8 @@ parse_request (GepardServer *server, SoupServerMessage *msg, HttpGeneration *g, 
   gsize size;
   const char *data = g_bytes_get_data (body, &size);
   return gepard_tts_request_parse (data != NULL ? data : "", size, &g->request, error)
-         && check_request (server, g, &g->request, error);
+         && gepard_tts_request_check_http (&g->request, g->sse, server->config.max_transcript_chars,
+                                           error);
 }
 
 /* Once the request's voice is in the engine's registry. */
@@ -410,6 +412,7 @@ handle (GepardServer *server, SoupServerMessage *msg, guint version, gboolean ss
   g_signal_connect_data (msg, "finished", G_CALLBACK (on_message_finished), g, free_closure_data,
                          0);
   soup_server_message_pause (msg);
+  g_hash_table_add (server->generations, g);
   g->cancellable = g_cancellable_new ();
   g_object_ref (msg);
   gepard_server_resolve_voice_async (server, g->request.voice_id, g->cancellable, on_request_voice,
@@ -428,4 +431,26 @@ gepard_routes_tts_sse (GepardServer *server, SoupServerMessage *msg, GHashTable 
                        guint version)
 {
   handle (server, msg, version, TRUE);
+}
+
+void
+gepard_routes_tts_shutdown (GepardServer *server)
+{
+  g_autoptr (GError) error = g_error_new_literal (GEPARD_API_ERROR, GEPARD_API_ERROR_UNAVAILABLE,
+                                                  GEPARD_SERVER_SHUTDOWN_MESSAGE);
+  GList *all = g_hash_table_get_keys (server->generations);
+  for (GList *l = all; l != NULL; l = l->next)
+    {
+      HttpGeneration *g = l->data;
+      if (g->session != NULL)
+        finish_generation (g, error, "shutdown");
+      else if (g->cancellable != NULL && !g_cancellable_is_cancelled (g->cancellable))
+        {
+          /* still fetching its voice: on_request_voice will find it cancelled */
+          g_cancellable_cancel (g->cancellable);
+          send_failure (g, error);
+          soup_server_message_unpause (g->msg);
+        }
+    }
+  g_list_free (all);
 }

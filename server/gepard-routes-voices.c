@@ -5,6 +5,7 @@
  * is paused, and answered from the completion in the main context. */
 #include "gepard-server.h"
 
+#include "gepard-clone-form.h"
 #include "gstgepardcontext.h"
 
 #include <gst/app/gstappsink.h>
@@ -425,87 +426,25 @@ on_clone_encoded (GObject *source, GAsyncResult *result, gpointer user_data)
   gepard_voice_store_create_async (r->server->voices, &params, NULL, on_clone_stored, r);
 }
 
-static char *
-part_text (GBytes *body)
-{
-  gsize size;
-  const char *data = g_bytes_get_data (body, &size);
-  if (data == NULL || !g_utf8_validate_len (data, size, NULL) || memchr (data, 0, size) != NULL)
-    return NULL;
-  return g_strstrip (g_strndup (data, size));
-}
-
-/* Fills r from the multipart form; the clip is the only binary part. */
+/* Fills r from the multipart form (gepard-clone-form.h). */
 static gboolean
 read_clone_form (SoupServerMessage *msg, VoiceRequest *r, GError **error)
 {
   g_autoptr (GBytes) body = gepard_http_get_body (msg, error);
   if (body == NULL)
     return FALSE;
-  SoupMultipart *multipart
-      = soup_multipart_new_from_message (soup_server_message_get_request_headers (msg), body);
-  if (multipart == NULL)
-    {
-      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
-                           "POST /voices/clone takes multipart/form-data with clip, name, "
-                           "language and description");
-      return FALSE;
-    }
-  for (int i = 0; i < soup_multipart_get_length (multipart); i++)
-    {
-      SoupMessageHeaders *headers;
-      GBytes *part;
-      g_autoptr (GHashTable) params = NULL;
-      if (!soup_multipart_get_part (multipart, i, &headers, &part)
-          || !soup_message_headers_get_content_disposition (headers, NULL, &params))
-        continue;
-      const char *name = g_hash_table_lookup (params, "name");
-      char **field = NULL;
-      if (g_strcmp0 (name, "clip") == 0)
-        {
-          g_clear_pointer (&r->clip, g_bytes_unref);
-          r->clip = g_bytes_ref (part);
-          continue;
-        }
-      else if (g_strcmp0 (name, "name") == 0)
-        field = &r->name;
-      else if (g_strcmp0 (name, "language") == 0)
-        field = &r->language;
-      else if (g_strcmp0 (name, "description") == 0)
-        field = &r->description;
-      else if (g_strcmp0 (name, "accent") == 0)
-        field = &r->accent;
-      else if (g_strcmp0 (name, "gender") == 0)
-        field = &r->gender;
-      if (field == NULL)
-        continue; /* mode, enhance, transcript, base_voice_id: nothing to do with them */
-      g_free (*field);
-      *field = part_text (part);
-      if (*field == NULL)
-        {
-          soup_multipart_free (multipart);
-          g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
-                       "%s must be UTF-8 text", name);
-          return FALSE;
-        }
-    }
-  soup_multipart_free (multipart);
-
-  if (r->clip == NULL || g_bytes_get_size (r->clip) == 0)
-    g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
-                         "clip is required: a reference recording of 3 to 15 seconds");
-  else if (r->name == NULL || r->name[0] == '\0')
-    g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST, "name is required");
-  else
-    {
-      if (r->language == NULL || r->language[0] == '\0')
-        {
-          g_free (r->language);
-          r->language = g_strdup ("en");
-        }
-      return TRUE;
-    }
-  return FALSE;
+  g_auto (GepardCloneForm) form = {0};
+  const char *content_type = soup_message_headers_get_one (
+      soup_server_message_get_request_headers (msg), "Content-Type");
+  if (!gepard_clone_form_parse (content_type, body, &form, error))
+    return FALSE;
+  r->clip = g_steal_pointer (&form.clip);
+  r->name = g_steal_pointer (&form.name);
+  r->language = g_steal_pointer (&form.language);
+  r->description = g_steal_pointer (&form.description);
+  r->accent = g_steal_pointer (&form.accent);
+  r->gender = g_steal_pointer (&form.gender);
+  return TRUE;
 }
 
 static void

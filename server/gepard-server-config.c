@@ -3,7 +3,9 @@
 
 #include "gepard-build-config.h"
 
+#include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define DEFAULT_DEVICE "auto"
 #define DEFAULT_HOST "127.0.0.1"
@@ -13,6 +15,14 @@
 #define DEFAULT_MAX_CONTEXTS 64
 #define DEFAULT_MAX_CONTEXTS_PER_SOCKET 16
 #define DEFAULT_MAX_CLIP_BYTES (16 * 1024 * 1024)
+#define DEFAULT_SHUTDOWN_TIMEOUT 30
+#define DEFAULT_MAX_SEND_BUFFER_BYTES (4 * 1024 * 1024)
+#define MIN_SEND_BUFFER_BYTES (64 * 1024)
+#define DEFAULT_GPU_DEVICE_IDS "0"
+/* the server shares its GPU by default; gepard-compute-cuda.c reads the same variable */
+#define DEFAULT_GPU_MEMORY_UTILIZATION 0.5
+#define MAX_GPU_DEVICE_ID 1023
+#define DEFAULT_MPS_PIPE_DIRECTORY "/tmp/nvidia-mps"
 
 static void
 env_string (const char *name, char **value)
@@ -41,6 +51,27 @@ env_number (const char *name, gint64 min, gint64 max, gint64 *value, GError **er
     }
   *value = (gint64)n;
   return TRUE;
+}
+
+/* 1, true, yes, on or 0, false, no, off (any case); unset or empty keeps `value` */
+static gboolean
+env_bool (const char *name, gboolean *value, GError **error)
+{
+  static const char *const yes[] = {"1", "true", "yes", "on"};
+  static const char *const no[] = {"0", "false", "no", "off"};
+  const char *s = g_getenv (name);
+
+  if (s == NULL || s[0] == '\0')
+    return TRUE;
+  for (gsize i = 0; i < G_N_ELEMENTS (yes); i++)
+    if (g_ascii_strcasecmp (s, yes[i]) == 0 || g_ascii_strcasecmp (s, no[i]) == 0)
+      {
+        *value = g_ascii_strcasecmp (s, yes[i]) == 0;
+        return TRUE;
+      }
+  g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+               "%s=%s: give 1 or 0 (also true/false, yes/no, on/off)", name, s);
+  return FALSE;
 }
 
 static gboolean
@@ -93,6 +124,148 @@ split_origins (const char *list)
   return origins;
 }
 
+/* ---- GPU placement ---- */
+
+gboolean
+gepard_server_parse_device_ids (const char *name, const char *text, int **ids, guint *n_ids,
+                                GError **error)
+{
+  g_auto (GStrv) items = g_strsplit (text != NULL ? text : "", ",", -1);
+  g_autoptr (GArray) list = g_array_new (FALSE, FALSE, sizeof (int));
+
+  if (items[0] == NULL) /* "" splits into no item at all */
+    {
+      g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                   "%s=: empty; give comma-separated device indices such as 0 or 0,1", name);
+      return FALSE;
+    }
+  for (char **item = items; *item != NULL; item++)
+    {
+      g_strstrip (*item);
+      guint64 id;
+      g_autoptr (GError) local = NULL;
+      if ((*item)[0] == '\0')
+        {
+          g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                       "%s=%s: an empty GPU id; give comma-separated device indices such as 0 "
+                       "or 0,1",
+                       name, text);
+          return FALSE;
+        }
+      if (!g_ascii_string_to_unsigned (*item, 10, 0, MAX_GPU_DEVICE_ID, &id, &local))
+        {
+          g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                       "%s=%s: %s is not a GPU index (an integer from 0 to %d); give "
+                       "comma-separated device indices such as 0 or 0,1",
+                       name, text, *item, MAX_GPU_DEVICE_ID);
+          return FALSE;
+        }
+      for (guint i = 0; i < list->len; i++)
+        if (g_array_index (list, int, i) == (int)id)
+          {
+            g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                         "%s=%s: GPU %d is listed twice", name, text, (int)id);
+            return FALSE;
+          }
+      int value = (int)id;
+      g_array_append_val (list, value);
+    }
+  *n_ids = list->len;
+  *ids = (int *)(void *)g_array_free (g_steal_pointer (&list), FALSE);
+  return TRUE;
+}
+
+gboolean
+gepard_server_parse_fraction (const char *name, const char *text, double *value, GError **error)
+{
+  char *end = NULL;
+  const char *s = text != NULL ? text : "";
+  while (g_ascii_isspace (*s))
+    s++;
+  double x = g_ascii_strtod (s, &end);
+  while (end != NULL && g_ascii_isspace (*end))
+    end++;
+  /* decimal only: no hex floats, no inf or nan */
+  gboolean decimal = s[0] != '\0' && strspn (s, "0123456789.+-eE \t") == strlen (s);
+  if (end == s || *end != '\0' || !decimal || !isfinite (x) || !(x > 0 && x <= 1))
+    {
+      g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                   "%s=%s: not a fraction of the GPU's memory in (0, 1], such as 0.5", name,
+                   text != NULL ? text : "");
+      return FALSE;
+    }
+  *value = x;
+  return TRUE;
+}
+
+char *
+gepard_server_placement_device (const char *device, const int *ids, guint n_ids, gboolean ids_given,
+                                GError **error)
+{
+  int first = n_ids > 0 ? ids[0] : 0;
+  if (g_strcmp0 (device, "cuda") == 0)
+    return g_strdup_printf ("cuda:%d", first);
+  if (g_strcmp0 (device, "auto") == 0)
+    return first == 0 ? g_strdup ("auto") : g_strdup_printf ("cuda:%d", first);
+  if (device != NULL && g_str_has_prefix (device, "cuda:") && ids_given)
+    {
+      guint64 index;
+      if (g_ascii_string_to_unsigned (device + 5, 10, 0, G_MAXINT, &index, NULL)
+          && (int)index != first)
+        {
+          g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                       "the device %s and the GPU ids (TTS_GPU_DEVICE_IDS, GPU_DEVICE_IDS or "
+                       "--gpu-device-ids), which start with %d, disagree: set one of them",
+                       device, first);
+          return NULL;
+        }
+    }
+  return g_strdup (device);
+}
+
+gboolean
+gepard_server_detect_mps (char **dir)
+{
+  const char *pipe_dir = g_getenv ("CUDA_MPS_PIPE_DIRECTORY");
+  if (pipe_dir == NULL || pipe_dir[0] == '\0')
+    pipe_dir = DEFAULT_MPS_PIPE_DIRECTORY;
+  g_autofree char *control = g_build_filename (pipe_dir, "control", NULL);
+  struct stat st;
+  gboolean found = stat (control, &st) == 0 && S_ISFIFO (st.st_mode);
+  if (dir != NULL)
+    *dir = g_strdup (pipe_dir);
+  return found;
+}
+
+/* The GPU ids and the memory fraction, the device they imply, and the MPS daemon. */
+static gboolean
+load_placement (GepardServerConfig *config, const char *ids_name, const char *ids_text,
+                const char *memory_name, const char *memory_text, GError **error)
+{
+  gboolean ids_given = ids_text != NULL;
+  if (!gepard_server_parse_device_ids (ids_name, ids_given ? ids_text : DEFAULT_GPU_DEVICE_IDS,
+                                       &config->gpu_device_ids, &config->n_gpu_device_ids, error))
+    return FALSE;
+  config->gpu_memory_utilization = DEFAULT_GPU_MEMORY_UTILIZATION;
+  if (memory_text != NULL
+      && !gepard_server_parse_fraction (memory_name, memory_text, &config->gpu_memory_utilization,
+                                        error))
+    return FALSE;
+  char *device = gepard_server_placement_device (config->device, config->gpu_device_ids,
+                                                 config->n_gpu_device_ids, ids_given, error);
+  if (device == NULL)
+    return FALSE;
+  g_free (config->device);
+  config->device = device;
+  /* the CUDA backend reads the fraction from this variable: the server hands it the value it
+   * validated, before any thread starts */
+  char text[G_ASCII_DTOSTR_BUF_SIZE];
+  g_setenv ("TTS_GPU_MEMORY_UTILIZATION",
+            g_ascii_dtostr (text, sizeof text, config->gpu_memory_utilization), TRUE);
+  config->mps = gepard_server_detect_mps (&config->mps_pipe_dir);
+  return TRUE;
+}
+
 /* The installed descriptions, else the source tree's (running from the build directory). */
 static char *
 default_pipeline_dir (void)
@@ -112,6 +285,10 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
   g_autofree char *tls_cert = NULL, *tls_key = NULL, *pipeline_dir = NULL, *voices_dir = NULL;
   g_autofree char *data_dir = NULL;
   g_autofree char *cors_flag = NULL;
+  g_autofree char *gpu_ids = NULL, *gpu_ids_flag = NULL, *gpu_memory = NULL;
+  g_autofree char *gpu_memory_flag = NULL;
+  const char *gpu_ids_name = "TTS_GPU_DEVICE_IDS";
+  gboolean no_playground = FALSE;
 
   memset (config, 0, sizeof *config);
   config->device = g_strdup (DEFAULT_DEVICE);
@@ -122,6 +299,9 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
   config->max_contexts = DEFAULT_MAX_CONTEXTS;
   config->max_contexts_per_socket = DEFAULT_MAX_CONTEXTS_PER_SOCKET;
   config->max_clip_bytes = DEFAULT_MAX_CLIP_BYTES;
+  config->shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT;
+  config->max_send_buffer_bytes = DEFAULT_MAX_SEND_BUFFER_BYTES;
+  config->playground = TRUE;
 
   env_string ("TTS_MODEL", &config->model);
   env_string ("TTS_CODEC", &config->codec);
@@ -134,6 +314,13 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
   env_string ("TTS_PIPELINE_DIR", &config->pipeline_dir);
   env_string ("TTS_VOICES_DIR", &config->voices_dir);
   env_string ("TTS_DATA_DIR", &config->data_dir);
+  env_string ("TTS_GPU_DEVICE_IDS", &gpu_ids);
+  if (gpu_ids == NULL)
+    {
+      gpu_ids_name = "GPU_DEVICE_IDS";
+      env_string ("GPU_DEVICE_IDS", &gpu_ids);
+    }
+  env_string ("TTS_GPU_MEMORY_UTILIZATION", &gpu_memory);
   if (!env_int ("TTS_PORT", 0, 65535, &config->port, error)
       || !env_number ("TTS_MAX_BODY_BYTES", 1024, G_GINT64_CONSTANT (1) << 32,
                       &config->max_body_bytes, error)
@@ -143,7 +330,11 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
       || !env_int ("TTS_MAX_CONTEXTS", 1, 100000, &config->max_contexts, error)
       || !env_int ("TTS_MAX_CONTEXTS_PER_SOCKET", 1, 100000, &config->max_contexts_per_socket,
                    error)
-      || !env_int ("TTS_MAX_FRAMES", 0, 1000000, &config->max_frames, error))
+      || !env_int ("TTS_MAX_FRAMES", 0, 1000000, &config->max_frames, error)
+      || !env_int ("TTS_SHUTDOWN_TIMEOUT", 0, 86400, &config->shutdown_timeout, error)
+      || !env_number ("TTS_MAX_SEND_BUFFER_BYTES", MIN_SEND_BUFFER_BYTES,
+                      G_GINT64_CONSTANT (1) << 32, &config->max_send_buffer_bytes, error)
+      || !env_bool ("TTS_PLAYGROUND", &config->playground, error))
     return FALSE;
 
   GOptionEntry entries[] = {
@@ -182,6 +373,23 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
        "DIR"},
       {"max-clip-bytes", 0, 0, G_OPTION_ARG_INT64, &config->max_clip_bytes,
        "Largest reference clip POST /voices/clone accepts (TTS_MAX_CLIP_BYTES)", "N"},
+      {"shutdown-timeout", 0, 0, G_OPTION_ARG_INT, &config->shutdown_timeout,
+       "Seconds generations under way may take to finish after SIGTERM or SIGINT "
+       "(TTS_SHUTDOWN_TIMEOUT)",
+       "S"},
+      {"max-send-buffer-bytes", 0, 0, G_OPTION_ARG_INT64, &config->max_send_buffer_bytes,
+       "Output waiting for one client at most (TTS_MAX_SEND_BUFFER_BYTES)", "N"},
+      {"gpu-device-ids", 0, 0, G_OPTION_ARG_STRING, &gpu_ids_flag,
+       "Comma-separated CUDA device indices this server may use; the engine runs on the first "
+       "(TTS_GPU_DEVICE_IDS, GPU_DEVICE_IDS)",
+       "LIST"},
+      {"gpu-memory-utilization", 0, 0, G_OPTION_ARG_STRING, &gpu_memory_flag,
+       "Fraction of the GPU's memory the engine may fill, in (0, 1] (TTS_GPU_MEMORY_UTILIZATION)",
+       "F"},
+      {"no-playground", 0, 0, G_OPTION_ARG_NONE, &no_playground,
+       "Do not serve the playground page at / (TTS_PLAYGROUND=0)", NULL},
+      {"list-routes", 0, 0, G_OPTION_ARG_NONE, &config->list_routes,
+       "Print the routes (method, path, whether the API key is required) and exit", NULL},
       {NULL},
   };
   g_autoptr (GOptionContext) context
@@ -200,15 +408,23 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
   take_flag (&config->voices_dir, g_steal_pointer (&voices_dir));
   take_flag (&config->data_dir, g_steal_pointer (&data_dir));
   config->cors_origins = split_origins (cors_flag != NULL ? cors_flag : cors);
+  if (no_playground)
+    config->playground = FALSE;
   if (config->pipeline_dir == NULL)
     config->pipeline_dir = default_pipeline_dir ();
 
-  if (config->model == NULL)
+  if (config->model == NULL && !config->list_routes)
     {
       g_set_error_literal (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
                            "no model: give --model DIR|REPO_ID or TTS_MODEL");
       return FALSE;
     }
+  if (!load_placement (config, gpu_ids_flag != NULL ? "--gpu-device-ids" : gpu_ids_name,
+                       gpu_ids_flag != NULL ? gpu_ids_flag : gpu_ids,
+                       gpu_memory_flag != NULL ? "--gpu-memory-utilization"
+                                               : "TTS_GPU_MEMORY_UTILIZATION",
+                       gpu_memory_flag != NULL ? gpu_memory_flag : gpu_memory, error))
+    return FALSE;
   if ((config->tls_cert == NULL) != (config->tls_key == NULL))
     {
       g_set_error_literal (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
@@ -224,7 +440,10 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
          && check_range ("--max-contexts", config->max_contexts, 1, 100000, error)
          && check_range ("--max-contexts-per-socket", config->max_contexts_per_socket, 1, 100000,
                          error)
-         && check_range ("--max-frames", config->max_frames, 0, 1000000, error);
+         && check_range ("--max-frames", config->max_frames, 0, 1000000, error)
+         && check_range ("--shutdown-timeout", config->shutdown_timeout, 0, 86400, error)
+         && check_range ("--max-send-buffer-bytes", config->max_send_buffer_bytes,
+                         MIN_SEND_BUFFER_BYTES, G_GINT64_CONSTANT (1) << 32, error);
 }
 
 void
@@ -243,6 +462,8 @@ gepard_server_config_clear (GepardServerConfig *config)
   g_free (config->pipeline_dir);
   g_free (config->voices_dir);
   g_free (config->data_dir);
+  g_free (config->gpu_device_ids);
+  g_free (config->mps_pipe_dir);
   memset (config, 0, sizeof *config);
 }
 

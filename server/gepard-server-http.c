@@ -97,6 +97,35 @@ gepard_http_handle_cors (GepardServer *server, SoupServerMessage *msg)
   return TRUE;
 }
 
+/* the port a URI names, or its scheme's */
+static int
+effective_port (GUri *uri)
+{
+  int port = g_uri_get_port (uri);
+  if (port > 0)
+    return port;
+  return g_ascii_strcasecmp (g_uri_get_scheme (uri), "https") == 0 ? 443 : 80;
+}
+
+gboolean
+gepard_http_origin_allowed (GepardServer *server, SoupServerMessage *msg, const char *origin)
+{
+  if (gepard_server_config_allows_origin (&server->config, origin))
+    return TRUE;
+  if (!server->config.playground || origin == NULL)
+    return FALSE;
+
+  /* the page the server itself served: same scheme, host and port as this request */
+  GUri *own = soup_server_message_get_uri (msg);
+  g_autoptr (GUri) theirs = g_uri_parse (origin, G_URI_FLAGS_NONE, NULL);
+  if (own == NULL || theirs == NULL || g_uri_get_host (theirs) == NULL
+      || g_uri_get_host (own) == NULL)
+    return FALSE;
+  return g_ascii_strcasecmp (g_uri_get_scheme (theirs), g_uri_get_scheme (own)) == 0
+         && g_ascii_strcasecmp (g_uri_get_host (theirs), g_uri_get_host (own)) == 0
+         && effective_port (theirs) == effective_port (own);
+}
+
 void
 gepard_http_send_error (SoupServerMessage *msg, guint version, const GError *error,
                         const char *request_id)

@@ -8,12 +8,15 @@
 #include "gepard-server.h"
 
 #include "gepard-build-config.h"
+#include "gepard-hub-download.h"
+#include "gepard-hub.h"
 
 #include <glib-unix.h>
 #include <gst/gst.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 static const char *const pipeline_names[]
     = {"tts-stream.txt", "tts-stream-mulaw.txt", "tts-stream-alaw.txt", "clone.txt"};
@@ -25,6 +28,7 @@ typedef struct
   GepardVoiceDbCluster *cluster;
   GepardVoiceDb *db; /* also inside voices: migrated before the server says it is ready */
   GepardServer *server;
+  char *codec_path; /* the codec file fetched for a --codec repo id, or NULL */
 } Loaded;
 
 static void
@@ -35,6 +39,7 @@ loaded_free (gpointer data)
   gepard_voice_db_cluster_free (loaded->cluster);
   if (loaded->engine != NULL)
     gepard_engine_unref (loaded->engine);
+  g_free (loaded->codec_path);
   g_free (loaded);
 }
 
@@ -50,6 +55,8 @@ route_of (const char *path)
       return routes[i];
   if (g_str_has_prefix (path, "/voices"))
     return "/voices";
+  if (g_str_has_prefix (path, "/playground/"))
+    return "/playground";
   return "other";
 }
 
@@ -61,6 +68,134 @@ send_api_error (SoupServerMessage *msg, guint version, GepardApiError code, cons
   gepard_http_send_error (msg, version, error, request_id);
 }
 
+/* ---- the route table: every route, for dispatch and for --list-routes ---- */
+
+typedef void (*RouteHandler) (GepardServer *server, SoupServerMessage *msg, const char *path,
+                              GHashTable *query, guint version);
+
+typedef struct
+{
+  const char *path;     /* exact, or ending in "{id}" or "{file}": any rest of the path */
+  const char *methods;  /* what it answers (others get 405) */
+  gboolean open;        /* answers without the API key */
+  RouteHandler handler; /* NULL: the WebSocket upgrade (gepard-routes-websocket.c) */
+} Route;
+
+/* A browser gets the playground page; an API client Cartesia's status object. */
+static void
+route_root (GepardServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
+            guint version)
+{
+  if (gepard_routes_playground_wants_page (msg, path))
+    {
+      if (server->config.playground)
+        gepard_routes_playground (server, msg, path, query, version);
+      else
+        send_api_error (msg, version, GEPARD_API_ERROR_NOT_FOUND, "No such route");
+      return;
+    }
+  gepard_routes_root (server, msg, version);
+}
+
+static void
+route_health (GepardServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
+              guint version)
+{
+  gepard_routes_health (server, msg);
+}
+
+static void
+route_metrics (GepardServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
+               guint version)
+{
+  gepard_routes_metrics (server, msg);
+}
+
+static void
+route_tts_bytes (GepardServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
+                 guint version)
+{
+  gepard_routes_tts_bytes (server, msg, query, version);
+}
+
+static void
+route_tts_sse (GepardServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
+               guint version)
+{
+  gepard_routes_tts_sse (server, msg, query, version);
+}
+
+static const Route routes[] = {
+    {"/", "GET", FALSE, route_root},
+    {"/health", "GET", TRUE, route_health},
+    {"/metrics", "GET", FALSE, route_metrics},
+    {"/tts/bytes", "POST", FALSE, route_tts_bytes},
+    {"/tts/sse", "POST", FALSE, route_tts_sse},
+    {"/tts/websocket", "GET", FALSE, NULL},
+    {"/voices", "GET", FALSE, gepard_routes_voices},
+    {"/voices/clone", "POST", FALSE, gepard_routes_voices},
+    {"/voices/{id}", "GET,DELETE", FALSE, gepard_routes_voices},
+    {"/playground/{file}", "GET", TRUE, gepard_routes_playground},
+};
+
+/* the routes of the playground are there only while it is on */
+static gboolean
+route_enabled (const GepardServerConfig *config, const Route *route)
+{
+  return config->playground || route->handler != gepard_routes_playground;
+}
+
+static const Route *
+find_route (const GepardServerConfig *config, const char *path)
+{
+  for (gsize i = 0; i < G_N_ELEMENTS (routes); i++)
+    {
+      const char *wildcard = strchr (routes[i].path, '{');
+      if (!route_enabled (config, &routes[i]))
+        continue;
+      if (wildcard == NULL ? g_str_equal (path, routes[i].path)
+                           : strncmp (path, routes[i].path, wildcard - routes[i].path) == 0)
+        return &routes[i];
+    }
+  return NULL;
+}
+
+static gboolean
+method_allowed (const Route *route, const char *method)
+{
+  g_auto (GStrv) methods = g_strsplit (route->methods, ",", -1);
+  if (g_str_equal (method, "HEAD"))
+    method = "GET";
+  return g_strv_contains ((const char *const *)methods, method)
+         || route->handler == gepard_routes_voices; /* it answers 405 with the methods itself */
+}
+
+static void
+print_routes (const GepardServerConfig *config)
+{
+  for (gsize i = 0; i < G_N_ELEMENTS (routes); i++)
+    if (route_enabled (config, &routes[i]))
+      g_print ("%s %s %s\n", routes[i].methods, routes[i].path, routes[i].open ? "open" : "key");
+}
+
+/* The page at / is open too: it holds no secret, and asks for the key itself. */
+static gboolean
+route_is_open (GepardServer *server, const Route *route, SoupServerMessage *msg, const char *path)
+{
+  if (route == NULL)
+    return FALSE;
+  return route->open
+         || (route->handler == route_root && server->config.playground
+             && gepard_routes_playground_wants_page (msg, path));
+}
+
+static void
+on_message_finished (SoupServerMessage *msg, gpointer user_data)
+{
+  GepardServer *server = user_data;
+  server->requests_in_flight--;
+}
+
 static void
 handle_request (SoupServer *soup, SoupServerMessage *msg, const char *path, GHashTable *query,
                 gpointer user_data)
@@ -68,39 +203,40 @@ handle_request (SoupServer *soup, SoupServerMessage *msg, const char *path, GHas
   GepardServer *server = user_data;
   guint version = gepard_http_get_version (msg, query, FALSE);
   const char *method = soup_server_message_get_method (msg);
-  gboolean get = g_str_equal (method, "GET") || g_str_equal (method, "HEAD");
+  const Route *route = find_route (&server->config, path);
 
   if (gepard_http_handle_cors (server, msg))
     return;
   /* health stays open so that orchestrators can probe without the key */
-  if (g_str_equal (path, "/health"))
+  if (!route_is_open (server, route, msg, path))
     {
-      gepard_routes_health (server, msg);
+      if (!gepard_http_check_api_key (server, msg, query))
+        {
+          send_api_error (msg, version, GEPARD_API_ERROR_UNAUTHORIZED,
+                          "Invalid or missing API key");
+          return;
+        }
+    }
+  if (route == NULL || route->handler == NULL)
+    {
+      send_api_error (msg, version, GEPARD_API_ERROR_NOT_FOUND, "No such route");
       return;
     }
-  if (!gepard_http_check_api_key (server, msg, query))
+  if (server->draining && !route->open)
     {
-      send_api_error (msg, version, GEPARD_API_ERROR_UNAUTHORIZED, "Invalid or missing API key");
+      send_api_error (msg, version, GEPARD_API_ERROR_UNAVAILABLE, GEPARD_SERVER_DRAINING_MESSAGE);
       return;
     }
-
-  if (g_str_equal (path, "/tts/bytes"))
-    gepard_routes_tts_bytes (server, msg, query, version);
-  else if (g_str_equal (path, "/tts/sse"))
-    gepard_routes_tts_sse (server, msg, query, version);
-  else if (g_str_equal (path, "/voices") || g_str_has_prefix (path, "/voices/"))
-    gepard_routes_voices (server, msg, path, query, version);
-  else if (g_str_equal (path, "/") || g_str_equal (path, "/metrics"))
+  if (!method_allowed (route, method))
     {
-      if (!get)
-        send_api_error (msg, version, GEPARD_API_ERROR_METHOD_NOT_ALLOWED, "Use GET");
-      else if (g_str_equal (path, "/"))
-        gepard_routes_root (server, msg, version);
-      else
-        gepard_routes_metrics (server, msg);
+      g_autofree char *message = g_strdup_printf ("Use %s", route->methods);
+      send_api_error (msg, version, GEPARD_API_ERROR_METHOD_NOT_ALLOWED, message);
+      return;
     }
-  else
-    send_api_error (msg, version, GEPARD_API_ERROR_NOT_FOUND, "No such route");
+  /* counted until it is answered, for the shutdown to wait for */
+  server->requests_in_flight++;
+  g_signal_connect (msg, "finished", G_CALLBACK (on_message_finished), server);
+  route->handler (server, msg, path, query, version);
 }
 
 static void
@@ -198,6 +334,163 @@ open_voice_db (GepardServer *server, Loaded *loaded, GError **error)
   return TRUE;
 }
 
+/* ---- models from the Hugging Face hub ---- */
+
+typedef struct
+{
+  GepardServer *server;
+  char *reason;
+  gboolean downloading;
+} LoadingState;
+
+static gboolean
+apply_loading_state (gpointer data)
+{
+  LoadingState *state = data;
+  GepardServer *server = state->server;
+  /* updates queued by the loading thread arrive in order, all before its result */
+  if (server->engine == NULL)
+    {
+      g_free (server->loading_reason);
+      server->loading_reason = g_steal_pointer (&state->reason);
+      server->downloading = state->downloading;
+    }
+  g_free (state->reason);
+  g_free (state);
+  return G_SOURCE_REMOVE;
+}
+
+/* From the loading thread: what /health says until the server is ready. */
+static void
+post_loading_state (GepardServer *server, gboolean downloading, char *reason)
+{
+  LoadingState *state = g_new0 (LoadingState, 1);
+  state->server = server;
+  state->reason = reason;
+  state->downloading = downloading;
+  /* an idle source of the main loop, never a call on this thread */
+  g_idle_add_full (G_PRIORITY_DEFAULT, apply_loading_state, state, NULL);
+}
+
+typedef struct
+{
+  GepardServer *server;
+  char *file;         /* the file last logged */
+  int logged_percent; /* of the whole download, last logged */
+  gint64 logged_at;   /* monotonic time of the last log line */
+  gint64 posted_at;   /* of the last /health update */
+} DownloadLog;
+
+static void
+on_download_progress (const GepardHubProgress *p, gpointer user_data)
+{
+  DownloadLog *log = user_data;
+  gint64 now = g_get_monotonic_time ();
+
+  if (p->note != NULL)
+    g_print ("gepard-server: %s\n", p->note);
+  if (p->file == NULL)
+    return;
+  double mib = 1024.0 * 1024.0;
+  int percent = p->bytes_total > 0 ? (int)(p->bytes_done * 100 / p->bytes_total) : 0;
+  gboolean new_file = g_strcmp0 (log->file, p->file) != 0;
+  if (percent < log->logged_percent) /* the next repo's download */
+    log->logged_percent = percent;
+  if (new_file)
+    {
+      g_free (log->file);
+      log->file = g_strdup (p->file);
+      if (p->file_total >= 0)
+        g_print ("gepard-server: downloading %s: %s (%.1f MiB)\n", p->repo, p->file,
+                 p->file_total / mib);
+      else
+        g_print ("gepard-server: downloading %s: %s\n", p->repo, p->file);
+    }
+  else if (p->bytes_total > 0
+           && (percent >= log->logged_percent + 10 || now - log->logged_at >= 10 * G_USEC_PER_SEC))
+    {
+      g_print ("gepard-server: downloading %s: %.1f of %.1f MiB (%d%%)\n", p->repo,
+               p->bytes_done / mib, p->bytes_total / mib, percent);
+      log->logged_percent = percent;
+      log->logged_at = now;
+    }
+  if (new_file || now - log->posted_at >= G_USEC_PER_SEC / 4)
+    {
+      post_loading_state (log->server, TRUE,
+                          p->bytes_total > 0 ? g_strdup_printf (
+                              "downloading %s from the hub: %s, %.1f of %.1f "
+                              "MiB (%d%%)",
+                              p->repo, p->file, p->bytes_done / mib, p->bytes_total / mib, percent)
+                                             : g_strdup_printf ("downloading %s from the hub: %s",
+                                                                p->repo, p->file));
+      log->posted_at = now;
+    }
+}
+
+/* Downloads into the local Hugging Face cache what a repo id given as the model (and the
+ * published codec, when the model has none beside it) or as the codec needs; the engine then
+ * finds it there. Paths are used as they are. */
+static gboolean
+fetch_from_hub (GepardServer *server, Loaded *loaded, GError **error)
+{
+  /* copies: a signal may end the process while this thread still downloads */
+  g_autofree char *model = g_strdup (server->config.model);
+  g_autofree char *codec = g_strdup (server->config.codec);
+  DownloadLog log = {.server = server, .logged_at = g_get_monotonic_time ()};
+  gboolean ok = TRUE;
+
+  if (!g_file_test (model, G_FILE_TEST_IS_DIR) && gepard_hub_is_repo_id (model))
+    {
+      post_loading_state (server, FALSE, g_strdup_printf ("looking for %s in the cache", model));
+      g_autofree char *dir = gepard_hub_fetch (model, GEPARD_HUB_REPO_MODEL, on_download_progress,
+                                               &log, NULL, error);
+      ok = dir != NULL;
+      if (ok && codec == NULL && !gepard_hub_model_has_codec (dir))
+        {
+          g_print ("gepard-server: %s has no codec beside it: decoding with %s\n", model,
+                   GEPARD_HUB_CODEC_REPO);
+          g_autofree char *codec_dir
+              = gepard_hub_fetch (GEPARD_HUB_CODEC_REPO, GEPARD_HUB_REPO_CODEC,
+                                  on_download_progress, &log, NULL, error);
+          ok = codec_dir != NULL;
+        }
+    }
+  if (ok && codec != NULL && !g_file_test (codec, G_FILE_TEST_EXISTS)
+      && gepard_hub_is_repo_id (codec))
+    {
+      g_autofree char *codec_dir = gepard_hub_fetch (codec, GEPARD_HUB_REPO_CODEC,
+                                                     on_download_progress, &log, NULL, error);
+      ok = codec_dir != NULL
+           && (loaded->codec_path = gepard_hub_find_codec_file (codec_dir, error)) != NULL;
+    }
+  g_free (log.file);
+  if (ok)
+    post_loading_state (server, FALSE, g_strdup_printf ("loading the model %s", model));
+  return ok;
+}
+
+/* Where the engine runs and what it shares the GPU with, for the log. */
+static void
+report_placement (const GepardServerConfig *config)
+{
+  g_autoptr (GString) ids = g_string_new (NULL);
+  for (guint i = 0; i < config->n_gpu_device_ids; i++)
+    g_string_append_printf (ids, "%s%d", i > 0 ? "," : "", config->gpu_device_ids[i]);
+  g_print ("gepard-server: device %s; GPU ids %s; GPU memory fraction %g "
+           "(TTS_GPU_MEMORY_UTILIZATION)\n",
+           config->device, ids->str, config->gpu_memory_utilization);
+  if (config->n_gpu_device_ids > 1)
+    g_print ("gepard-server: one engine runs on GPU %d; GPUs %s are listed but unused by this "
+             "process (run one server per GPU)\n",
+             config->gpu_device_ids[0], strchr (ids->str, ',') + 1);
+  if (config->mps)
+    g_print ("gepard-server: NVIDIA MPS daemon found (control pipe in %s): this process's CUDA "
+             "work is scheduled by it alongside the GPU's other clients\n",
+             config->mps_pipe_dir);
+  else
+    g_print ("gepard-server: no NVIDIA MPS daemon (no control pipe in %s)\n", config->mps_pipe_dir);
+}
+
 static void
 load_engine (GTask *task, gpointer source, gpointer task_data, GCancellable *cancellable)
 {
@@ -206,7 +499,10 @@ load_engine (GTask *task, gpointer source, gpointer task_data, GCancellable *can
   Loaded *loaded = g_new0 (Loaded, 1);
 
   loaded->server = server;
-  loaded->engine = gepard_engine_get_shared (server->config.model, server->config.device, &error);
+  /* after "listening on", which scripts wait for as the first line */
+  report_placement (&server->config);
+  if (fetch_from_hub (server, loaded, &error))
+    loaded->engine = gepard_engine_get_shared (server->config.model, server->config.device, &error);
   if (loaded->engine != NULL)
     loaded->voices
         = gepard_voice_store_new_local (loaded->engine, server->config.voices_dir, &error);
@@ -240,6 +536,7 @@ on_engine_loaded (GObject *source, GAsyncResult *result, gpointer user_data)
         g_printerr ("gepard-server: could not load the model %s: %s\n", server->config.model,
                     error->message);
       g_object_set_data (G_OBJECT (result), "failed", GINT_TO_POINTER (1));
+      server->downloading = FALSE;
       g_free (server->loading_reason);
       server->loading_reason = g_strdup_printf ("the model failed to load: %s", error->message);
       g_main_loop_quit (loop);
@@ -277,6 +574,13 @@ become_ready (GepardServer *server, Loaded *loaded)
 {
   server->engine = g_steal_pointer (&loaded->engine);
   server->voices = g_steal_pointer (&loaded->voices);
+  server->downloading = FALSE;
+  if (loaded->codec_path != NULL)
+    {
+      /* a --codec repo id, now the file it resolved to */
+      g_free (server->config.codec);
+      server->config.codec = g_steal_pointer (&loaded->codec_path);
+    }
   loaded_free (loaded);
   g_clear_pointer (&server->loading_reason, g_free);
   server->loading_reason = g_strdup ("ready");
@@ -361,11 +665,83 @@ raise_file_limit (void)
     }
 }
 
+/* ---- shutdown ---- */
+
+/* how long the last responses and close handshakes may take once the work has ended */
+#define CLOSING_GRACE_US (3 * G_USEC_PER_SEC)
+
+typedef struct
+{
+  GepardServer *server;
+  GMainLoop *loop;
+  guint signals;        /* received so far */
+  gboolean forced;      /* the deadline passed with work under way */
+  gint64 deadline;      /* monotonic: the end of the drain */
+  gint64 closing_until; /* monotonic: the end of the closing grace, 0 while draining */
+  guint tick;           /* the drain's timer */
+} Shutdown;
+
+static gboolean
+drain_tick (gpointer user_data)
+{
+  Shutdown *sd = user_data;
+  GepardServer *server = sd->server;
+  gint64 now = g_get_monotonic_time ();
+
+  if (sd->closing_until == 0)
+    {
+      guint busy = gepard_routes_websocket_count_busy (server);
+      /* sockets whose contexts have all ended are told to go elsewhere at once */
+      gepard_routes_websocket_shutdown (server, FALSE);
+      if (server->requests_in_flight == 0 && busy == 0)
+        g_print ("gepard-server: every generation has ended; stopping\n");
+      else if (now >= sd->deadline)
+        {
+          g_print ("gepard-server: shutdown deadline: stopping %u HTTP requests and %u WebSocket "
+                   "contexts still under way\n",
+                   server->requests_in_flight, busy);
+          sd->forced = TRUE;
+          gepard_routes_tts_shutdown (server);
+          gepard_routes_websocket_shutdown (server, TRUE);
+        }
+      else
+        return G_SOURCE_CONTINUE;
+      sd->closing_until = now + CLOSING_GRACE_US;
+    }
+  /* the last responses and close frames go out, and every pipeline is down, before the engine
+   * stops */
+  if ((server->requests_in_flight == 0 && g_hash_table_size (server->websockets) == 0
+       && gepard_tts_session_count_pipelines () == 0)
+      || now >= sd->closing_until)
+    {
+      sd->tick = 0;
+      g_main_loop_quit (sd->loop);
+      return G_SOURCE_REMOVE;
+    }
+  return G_SOURCE_CONTINUE;
+}
+
 static gboolean
 on_signal (gpointer user_data)
 {
-  g_main_loop_quit (user_data);
-  return G_SOURCE_REMOVE;
+  Shutdown *sd = user_data;
+  GepardServer *server = sd->server;
+
+  if (++sd->signals > 1)
+    {
+      g_printerr ("gepard-server: second signal: exiting at once\n");
+      /* a private PostgreSQL cluster would outlive the process */
+      gepard_voice_db_cluster_free (g_steal_pointer (&server->cluster));
+      _exit (1);
+    }
+  server->draining = TRUE;
+  sd->deadline = g_get_monotonic_time () + (gint64)server->config.shutdown_timeout * G_USEC_PER_SEC;
+  g_print ("gepard-server: shutting down: no new work, up to %d s for what is under way (a "
+           "second signal exits at once)\n",
+           server->config.shutdown_timeout);
+  sd->tick = g_timeout_add (50, drain_tick, sd);
+  drain_tick (sd);
+  return G_SOURCE_CONTINUE;
 }
 
 int
@@ -381,6 +757,12 @@ main (int argc, char **argv)
       gepard_server_config_clear (&server.config);
       return 2;
     }
+  if (server.config.list_routes)
+    {
+      print_routes (&server.config);
+      gepard_server_config_clear (&server.config);
+      return 0;
+    }
   gst_init (NULL, NULL);
   raise_file_limit ();
   /* stdout is read by scripts waiting for the port: one line per event, at once */
@@ -388,6 +770,8 @@ main (int argc, char **argv)
 
   server.metrics = gepard_metrics_new ();
   server.loading_reason = g_strdup_printf ("loading the model %s", server.config.model);
+  server.websockets = g_hash_table_new (NULL, NULL);
+  server.generations = g_hash_table_new (NULL, NULL);
   server.soup = soup_server_new ("server-header", "gepard-server/" GEPARD_VERSION " ", NULL);
   soup_server_add_early_handler (server.soup, NULL, gepard_http_limit_body, &server, NULL);
   soup_server_add_handler (server.soup, NULL, handle_request, &server, NULL);
@@ -395,6 +779,7 @@ main (int argc, char **argv)
   g_signal_connect (server.soup, "request-finished", G_CALLBACK (on_request_finished), &server);
 
   GMainLoop *loop = g_main_loop_new (NULL, FALSE);
+  Shutdown shutdown = {.server = &server, .loop = loop};
   if (!read_pipelines (&server, &error) || !listen (&server, &error))
     {
       g_printerr ("gepard-server: %s\n", error->message);
@@ -402,24 +787,35 @@ main (int argc, char **argv)
     }
   else
     {
-      g_unix_signal_add (SIGINT, on_signal, loop);
-      g_unix_signal_add (SIGTERM, on_signal, loop);
+      guint sigint = g_unix_signal_add (SIGINT, on_signal, &shutdown);
+      guint sigterm = g_unix_signal_add (SIGTERM, on_signal, &shutdown);
       GTask *task = g_task_new (NULL, NULL, on_engine_loaded, loop);
       g_task_set_task_data (task, &server, NULL);
       g_task_run_in_thread (task, load_engine);
       g_object_unref (task);
       g_main_loop_run (loop);
-      if (server.engine == NULL)
+      /* the model did not load; a signal while it loads is a normal stop */
+      if (server.engine == NULL && shutdown.signals == 0)
         status = 1;
+      if (shutdown.tick != 0)
+        g_source_remove (shutdown.tick);
+      g_source_remove (sigint);
+      g_source_remove (sigterm);
     }
 
   soup_server_disconnect (server.soup);
   g_object_unref (server.soup);
   g_main_loop_unref (loop);
+  /* the store's workers and connections, the private cluster (pg_ctl stop), then the engine's
+   * scheduler */
   gepard_voice_store_free (server.voices);
   gepard_voice_db_cluster_free (server.cluster);
   if (server.engine != NULL)
     gepard_engine_unref (server.engine);
+  if (shutdown.signals > 0)
+    g_print ("gepard-server: stopped%s\n", shutdown.forced ? " (work was cut short)" : "");
+  g_clear_pointer (&server.websockets, g_hash_table_unref);
+  g_clear_pointer (&server.generations, g_hash_table_unref);
   g_clear_pointer (&server.pipelines, g_hash_table_unref);
   gepard_metrics_free (server.metrics);
   g_free (server.loading_reason);

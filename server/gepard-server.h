@@ -24,7 +24,23 @@ typedef struct
   GepardVoiceStore *voices;
   GepardVoiceDbCluster *cluster; /* the private PostgreSQL cluster, when this server runs one */
   char *loading_reason;          /* why the server is not ready, while engine is NULL */
+  gboolean downloading;          /* the model is being fetched from the hub (/health says so) */
+
+  /* Shutdown (gepard-server.c): after SIGTERM or SIGINT the server drains: new requests and
+   * contexts get 503, those under way finish until the deadline, then what is left is ended. */
+  gboolean draining;
+  guint requests_in_flight; /* HTTP requests not yet finished (WebSocket upgrades aside) */
+  GHashTable *websockets;   /* the open WebSocket connections (gepard-routes-websocket.c) */
+  GHashTable *generations;  /* the HTTP generations under way (gepard-routes-tts.c) */
 } GepardServer;
+
+/* What a request or context refused while the server drains is told (503). */
+#define GEPARD_SERVER_DRAINING_MESSAGE                                                             \
+  "The server is shutting down and takes no new work: retry on another instance"
+/* What a generation still running at the shutdown deadline is told (503). */
+#define GEPARD_SERVER_SHUTDOWN_MESSAGE                                                             \
+  "The server is shutting down: this generation was stopped before its end; retry on another "     \
+  "instance"
 
 /* ---- gepard-server-http.c: what every route does the same way ---- */
 
@@ -38,6 +54,10 @@ gboolean gepard_http_check_api_key (GepardServer *server, SoupServerMessage *msg
 /* Adds the CORS headers when the request's Origin is configured; answers a preflight (returns
  * TRUE: nothing more to do). */
 gboolean gepard_http_handle_cors (GepardServer *server, SoupServerMessage *msg);
+/* Whether a browser page of `origin` may use the server: a configured CORS origin, or, while the
+ * playground is served, the server's own origin (the one `msg` was sent to). */
+gboolean gepard_http_origin_allowed (GepardServer *server, SoupServerMessage *msg,
+                                     const char *origin);
 /* A complete error response in the shape of `version`. */
 void gepard_http_send_error (SoupServerMessage *msg, guint version, const GError *error,
                              const char *request_id);
@@ -58,12 +78,25 @@ void gepard_routes_tts_bytes (GepardServer *server, SoupServerMessage *msg, GHas
                               guint version);
 void gepard_routes_tts_sse (GepardServer *server, SoupServerMessage *msg, GHashTable *query,
                             guint version);
+/* Ends every HTTP generation under way with an error (GEPARD_SERVER_SHUTDOWN_MESSAGE). */
+void gepard_routes_tts_shutdown (GepardServer *server);
 /* gepard-routes-websocket.c: /tts/websocket */
 void gepard_routes_websocket_register (GepardServer *server);
+/* Contexts under way and messages waiting for a voice, all sockets together. */
+guint gepard_routes_websocket_count_busy (GepardServer *server);
+/* Closes every socket with nothing under way with 1001 (going away); with `force`, first ends
+ * every context with an error (GEPARD_SERVER_SHUTDOWN_MESSAGE). */
+void gepard_routes_websocket_shutdown (GepardServer *server, gboolean force);
 /* gepard-routes-info.c: /, /health, /metrics */
 void gepard_routes_root (GepardServer *server, SoupServerMessage *msg, guint version);
 void gepard_routes_health (GepardServer *server, SoupServerMessage *msg);
 void gepard_routes_metrics (GepardServer *server, SoupServerMessage *msg);
+/* gepard-routes-playground.c: the playground page (GET / asked for as HTML) and its files under
+ * /playground/, compiled in; they need no key */
+/* Whether `msg` is a browser asking for a page: a GET or HEAD of / that accepts text/html. */
+gboolean gepard_routes_playground_wants_page (SoupServerMessage *msg, const char *path);
+void gepard_routes_playground (GepardServer *server, SoupServerMessage *msg, const char *path,
+                               GHashTable *query, guint version);
 /* gepard-routes-voices.c: GET /voices, GET and DELETE /voices/{id}, POST /voices/clone */
 void gepard_routes_voices (GepardServer *server, SoupServerMessage *msg, const char *path,
                            GHashTable *query, guint version);

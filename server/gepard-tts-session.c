@@ -74,6 +74,8 @@ struct _GepardTtsSession
   GQueue events;
   gboolean dispatch_pending;
   gboolean shut;     /* closed: events are dropped */
+  gboolean held;     /* the streaming thread waits before posting audio */
+  GCond unheld;      /* held or shut changed */
   GError *bus_error; /* the first error the pipeline posted */
   char *sentence;    /* the sentence gepardlm is speaking */
   GstClockTime sentence_start;
@@ -123,6 +125,7 @@ session_unref (gpointer data)
   g_free (s->sentence);
   g_clear_pointer (&s->mirror, gepard_sentence_splitter_free);
   g_mutex_clear (&s->lock);
+  g_cond_clear (&s->unheld);
   g_main_context_unref (s->context);
   g_free (s);
 }
@@ -248,6 +251,12 @@ on_new_sample (GstAppSink *sink, gpointer user_data)
   GstSample *sample = gst_app_sink_pull_sample (sink);
   if (sample == NULL)
     return GST_FLOW_FLUSHING;
+
+  /* the owner's client is behind: wait here, which stops the pipeline upstream */
+  g_mutex_lock (&s->lock);
+  while (s->held && !s->shut)
+    g_cond_wait (&s->unheld, &s->lock);
+  g_mutex_unlock (&s->lock);
 
   GstBuffer *buffer = gst_sample_get_buffer (sample);
   gsize size = buffer != NULL ? gst_buffer_get_size (buffer) : 0;
@@ -504,6 +513,7 @@ gepard_tts_session_new (const GepardTtsSessionSetup *setup,
   s->pipeline = gst_object_ref_sink (pipeline);
   s->mirror = gepard_sentence_splitter_new (GEPARD_SENTENCES_DEFAULT_MAX_CHARS);
   g_mutex_init (&s->lock);
+  g_cond_init (&s->unheld);
   g_queue_init (&s->events);
   g_queue_init (&s->flushes);
   s->frames_end = 0;
@@ -616,6 +626,15 @@ gepard_tts_session_input_ended (GepardTtsSession *s)
   return s->input_ended;
 }
 
+void
+gepard_tts_session_set_held (GepardTtsSession *s, gboolean held)
+{
+  g_mutex_lock (&s->lock);
+  s->held = held;
+  g_cond_broadcast (&s->unheld);
+  g_mutex_unlock (&s->lock);
+}
+
 double
 gepard_tts_session_get_first_audio_latency (GepardTtsSession *s)
 {
@@ -651,6 +670,7 @@ gepard_tts_session_close (GepardTtsSession *s)
   g_mutex_lock (&s->lock);
   s->shut = TRUE;
   g_queue_clear_full (&s->events, (GDestroyNotify)event_free);
+  g_cond_broadcast (&s->unheld);
   g_mutex_unlock (&s->lock);
 
   gst_clear_object (&s->text_src);

@@ -58,6 +58,11 @@ guint gepard_tts_session_flush (GepardTtsSession *session);
 /* No more text: the rest is spoken, then done. */
 void gepard_tts_session_end_input (GepardTtsSession *session);
 gboolean gepard_tts_session_input_ended (GepardTtsSession *session);
+/* Holds the generation while the owner cannot pass its output on (a client that does not read),
+ * so that the server does not buffer without end: the next audio buffer waits in the pipeline's
+ * streaming thread, so gepardlm stops taking frames and submits no further sentence until the
+ * hold is released. Closing releases it too. */
+void gepard_tts_session_set_held (GepardTtsSession *session, gboolean held);
 /* Seconds since the first text to the first audio, or -1 while there is none. */
 double gepard_tts_session_get_first_audio_latency (GepardTtsSession *session);
 /* No callback runs after this; the pipeline stops off the main loop; frees the session. */

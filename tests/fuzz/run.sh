@@ -5,6 +5,12 @@
 #
 #   tests/fuzz/run.sh BUILD_DIR [TARGET...]      (default: every target that was built)
 #
+# A target is fuzz-<name> for each seed corpus tests/fuzz-corpus/<name>: the model-file parsers
+# (json, nemo, pickle, safetensors, tokenizer, tokenize, yaml) and gepard-server's parsers of what
+# clients send (tts-body: POST /tts/bytes and /tts/sse bodies; ws-message: WebSocket messages;
+# clone-form: the multipart form of POST /voices/clone). Inputs named crash-* in a seed corpus are
+# past findings, kept so that every run checks them again.
+#
 # GEPARD_FUZZ_SECONDS  time per target (default 40)
 # GEPARD_FUZZ_JOBS     targets fuzzed at once (default: the number of CPUs)
 #
