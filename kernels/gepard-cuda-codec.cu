@@ -9,7 +9,7 @@
  *   y[o][t·B + s] = b[o] + Σ_m Σ_c W[o][c][m] · act(x)[c][(t + m·d)·B + s]
  * over the virtual input [history | new columns]. The history ((k − 1)·d columns per channel) of
  * every stream lives in a state pool on the device, element (c, h) of stream slot p at
- * state[(c·hist + h)·max_streams + p], so that a batch of consecutive slots reads it coalesced.
+ * state[(c·hist + h)·slot_stride + p], so that a batch of consecutive slots reads it coalesced.
  * Before a convolution a gather builds its virtual input for the batch — each stream's history,
  * kept activated, then the activation of the new columns — and after it the last columns of
  * that input become the histories. Where a layer's output alone would give the GPU few blocks
@@ -47,6 +47,9 @@ constexpr int TILE_M = 64;
 constexpr int TILE_N = 64;
 constexpr int TILE_K = 32;
 constexpr int CONV_THREADS = 128;
+/* a pass covers a multiple of 4 streams, so that every row of a layer's batch matrix starts on
+ * 16 bytes and the tiles move in 16-byte copies */
+constexpr int PASS_ALIGN = 4;
 
 struct ActArgs
 {
@@ -58,10 +61,12 @@ struct ActArgs
 
 struct ConvArgs
 {
-  const float *w;      /* [c_out][kernel][c_in] */
+  const float *w;      /* [c_out][k_total]: [kernel][c_in], then zeros */
   const float *bias;   /* [c_out] */
-  const int *k_offset; /* [kernel · c_in]: c·(hist + n) + m·dilation, in columns of one stream */
-  int c_in, c_out, k_total;
+  const int *k_offset; /* [k_total]: c·(hist + n) + m·dilation, in columns of one stream; 0 in
+                          the padding */
+  int c_in, c_out;
+  int k_total;           /* kernel · c_in rounded up to TILE_K */
   int n_cols;            /* n · batch: the output columns */
   int batch;             /* streams */
   int k_split;           /* reduction elements per split (a multiple of TILE_K) */
@@ -95,8 +100,10 @@ conv_store (const ConvArgs &a, int o, int j, float acc)
   if (a.n_mean > 0)
     {
       float sum = a.mean[0][at];
-      for (int i = 1; i < a.n_mean; i++)
-        sum += a.mean[i][at];
+      if (a.n_mean > 1)
+        sum += a.mean[1][at];
+      if (a.n_mean > 2)
+        sum += a.mean[2][at];
       y = (sum + y) / (float)(a.n_mean + 1);
     }
   if (a.output == 1)
@@ -106,17 +113,63 @@ conv_store (const ConvArgs &a, int o, int j, float acc)
   a.out[at] = y;
 }
 
+/* Shared-memory rows are padded by 4 floats so that the fragments' column reads fall in
+ * different banks. */
+constexpr int AS_LD = TILE_K + 4;
+constexpr int BS_LD = TILE_N + 4;
+constexpr int A_PER_THREAD = TILE_M * TILE_K / CONV_THREADS;
+constexpr int B_PER_THREAD = TILE_K * TILE_N / CONV_THREADS;
+
+/* a 16-byte asynchronous copy into shared memory; zeros where `valid` is false */
+__device__ __forceinline__ void
+copy_async (float *dst, const float *src, bool valid)
+{
+  unsigned to = (unsigned)__cvta_generic_to_shared (dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+
+/* The tiles of the reduction chunk at k0 into `as` and `bs`, as one group of asynchronous
+ * copies of 4 floats. Weight rows are padded with zeros to a multiple of TILE_K (and their
+ * k_offset to a valid column), so only rows past c_out and columns past n_cols are left out; the
+ * batch being a multiple of PASS_ALIGN keeps every copy on 16 bytes. */
+__device__ __forceinline__ void
+fetch_tiles (const ConvArgs &a, int o0, int j0, int k0, float *as, float *bs)
+{
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < A_PER_THREAD / 4; i++)
+    {
+      int idx = tid + i * CONV_THREADS;
+      int r = idx / (TILE_K / 4), q = idx % (TILE_K / 4) * 4;
+      int o = o0 + r;
+      bool valid = o < a.c_out;
+      copy_async (as + r * AS_LD + q, valid ? a.w + (size_t)o * a.k_total + k0 + q : a.w, valid);
+    }
+#pragma unroll
+  for (int i = 0; i < B_PER_THREAD / 4; i++)
+    {
+      int idx = tid + i * CONV_THREADS;
+      int q = idx / (TILE_N / 4), col = idx % (TILE_N / 4) * 4;
+      int j = j0 + col;
+      bool valid = j < a.n_cols;
+      copy_async (bs + q * BS_LD + col,
+                  valid ? a.xv + (size_t)a.k_offset[k0 + q] * a.batch + j : a.xv, valid);
+    }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
 /* One TILE_M × TILE_N tile of a causal convolution over the reduction range of split
  * blockIdx.z. With tensor cores, four warps each own a 32 × 32 quarter as 2 × 2 TF32 fragments;
  * without, each thread sums 8 × 4 outputs in fp32. Element (kk, j) of the right-hand matrix is
- * xv[k_offset[kk]·batch + j]: the tap's shift of the virtual input. */
+ * xv[k_offset[kk]·batch + j]: the tap's shift of the virtual input. Two stages of shared memory:
+ * the next chunk is copied in while the current one is multiplied. */
 template <bool TENSOR_CORES>
 __global__ void
-__launch_bounds__ (CONV_THREADS) conv_kernel (ConvArgs a)
+__launch_bounds__ (CONV_THREADS) conv_kernel (const __grid_constant__ ConvArgs a)
 {
-  __shared__ __align__ (32) float smem[TILE_M * TILE_K + TILE_K * TILE_N];
-  float *as = smem;                   /* [TILE_M][TILE_K] */
-  float *bs = smem + TILE_M * TILE_K; /* [TILE_K][TILE_N] */
+  constexpr int STAGE = TILE_M * AS_LD + TILE_K * BS_LD;
+  __shared__ __align__ (32) float smem[2 * STAGE];
   const int o0 = blockIdx.y * TILE_M, j0 = blockIdx.x * TILE_N;
   const int k_begin = blockIdx.z * a.k_split;
   const int k_end = min (a.k_total, k_begin + a.k_split);
@@ -129,66 +182,77 @@ __launch_bounds__ (CONV_THREADS) conv_kernel (ConvArgs a)
   const int tr = tid / 16, tc = tid % 16;
   if (TENSOR_CORES)
     {
+#pragma unroll
       for (int i = 0; i < 2; i++)
+#pragma unroll
         for (int k = 0; k < 2; k++)
           wmma::fill_fragment (acc_tc[i][k], 0.0f);
     }
   else
     {
+#pragma unroll
       for (int i = 0; i < 8; i++)
+#pragma unroll
         for (int k = 0; k < 4; k++)
           acc[i][k] = 0.0f;
     }
 
-  for (int k0 = k_begin; k0 < k_end; k0 += TILE_K)
+  fetch_tiles (a, o0, j0, k_begin, smem, smem + TILE_M * AS_LD);
+  for (int k0 = k_begin, stage = 0; k0 < k_end; k0 += TILE_K, stage ^= 1)
     {
-      for (int i = 0; i < TILE_M * TILE_K / CONV_THREADS; i++)
+      const float *as = smem + stage * STAGE;
+      const float *bs = as + TILE_M * AS_LD;
+      if (k0 + TILE_K < k_end)
         {
-          int idx = tid + i * CONV_THREADS;
-          int r = idx / TILE_K, q = idx % TILE_K;
-          int o = o0 + r, kk = k0 + q;
-          as[idx] = o < a.c_out && kk < k_end ? a.w[(size_t)o * a.k_total + kk] : 0.0f;
+          float *next = smem + (stage ^ 1) * STAGE;
+          fetch_tiles (a, o0, j0, k0 + TILE_K, next, next + TILE_M * AS_LD);
+          asm volatile("cp.async.wait_group 1;\n" ::);
         }
-      for (int i = 0; i < TILE_K * TILE_N / CONV_THREADS; i++)
-        {
-          int idx = tid + i * CONV_THREADS;
-          int q = idx / TILE_N, col = idx % TILE_N;
-          int kk = k0 + q, j = j0 + col;
-          bs[idx] = kk < k_end && j < a.n_cols ? a.xv[(size_t)a.k_offset[kk] * a.batch + j] : 0.0f;
-        }
+      else
+        asm volatile("cp.async.wait_group 0;\n" ::);
       __syncthreads ();
       if (TENSOR_CORES)
         {
+#pragma unroll
           for (int kq = 0; kq < TILE_K; kq += 8)
             {
               wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>
                   fa[2];
               wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major>
                   fb[2];
+#pragma unroll
               for (int i = 0; i < 2; i++)
                 {
-                  wmma::load_matrix_sync (fa[i], as + (wm * 32 + i * 16) * TILE_K + kq, TILE_K);
+                  wmma::load_matrix_sync (fa[i], as + (wm * 32 + i * 16) * AS_LD + kq, AS_LD);
+#pragma unroll
                   for (int e = 0; e < fa[i].num_elements; e++)
                     fa[i].x[e] = wmma::__float_to_tf32 (fa[i].x[e]);
-                  wmma::load_matrix_sync (fb[i], bs + kq * TILE_N + wn * 32 + i * 16, TILE_N);
+                  wmma::load_matrix_sync (fb[i], bs + kq * BS_LD + wn * 32 + i * 16, BS_LD);
+#pragma unroll
                   for (int e = 0; e < fb[i].num_elements; e++)
                     fb[i].x[e] = wmma::__float_to_tf32 (fb[i].x[e]);
                 }
+#pragma unroll
               for (int i = 0; i < 2; i++)
+#pragma unroll
                 for (int k = 0; k < 2; k++)
                   wmma::mma_sync (acc_tc[i][k], fa[i], fb[k], acc_tc[i][k]);
             }
         }
       else
         {
+#pragma unroll
           for (int q = 0; q < TILE_K; q++)
             {
               float bv[4];
+#pragma unroll
               for (int k = 0; k < 4; k++)
-                bv[k] = bs[q * TILE_N + tc * 4 + k];
+                bv[k] = bs[q * BS_LD + tc * 4 + k];
+#pragma unroll
               for (int i = 0; i < 8; i++)
                 {
-                  float av = as[(tr * 8 + i) * TILE_K + q];
+                  float av = as[(tr * 8 + i) * AS_LD + q];
+#pragma unroll
                   for (int k = 0; k < 4; k++)
                     acc[i][k] = fmaf (av, bv[k], acc[i][k]);
                 }
@@ -201,27 +265,33 @@ __launch_bounds__ (CONV_THREADS) conv_kernel (ConvArgs a)
   float *partial = gridDim.z > 1 ? a.partial + (size_t)blockIdx.z * a.c_out * a.n_cols : NULL;
   if (TENSOR_CORES)
     {
-      float *cs = smem; /* [TILE_M][TILE_N], the size of both input tiles */
+      float *cs = smem; /* [TILE_M][BS_LD], within both input tiles */
+#pragma unroll
       for (int i = 0; i < 2; i++)
+#pragma unroll
         for (int k = 0; k < 2; k++)
-          wmma::store_matrix_sync (cs + (wm * 32 + i * 16) * TILE_N + wn * 32 + k * 16,
-                                   acc_tc[i][k], TILE_N, wmma::mem_row_major);
+          wmma::store_matrix_sync (cs + (wm * 32 + i * 16) * BS_LD + wn * 32 + k * 16, acc_tc[i][k],
+                                   BS_LD, wmma::mem_row_major);
       __syncthreads ();
       for (int idx = tid; idx < TILE_M * TILE_N; idx += CONV_THREADS)
         {
-          int o = o0 + idx / TILE_N, j = j0 + idx % TILE_N;
+          int r = idx / TILE_N, col = idx % TILE_N;
+          int o = o0 + r, j = j0 + col;
           if (o < a.c_out && j < a.n_cols)
             {
+              float v = cs[r * BS_LD + col];
               if (partial != NULL)
-                partial[(size_t)o * a.n_cols + j] = cs[idx];
+                partial[(size_t)o * a.n_cols + j] = v;
               else
-                conv_store (a, o, j, cs[idx]);
+                conv_store (a, o, j, v);
             }
         }
     }
   else
     {
+#pragma unroll
       for (int i = 0; i < 8; i++)
+#pragma unroll
         for (int k = 0; k < 4; k++)
           {
             int o = o0 + tr * 8 + i, j = j0 + tc * 4 + k;
@@ -238,7 +308,7 @@ __launch_bounds__ (CONV_THREADS) conv_kernel (ConvArgs a)
 
 /* the partial sums of the splits, in split order, then what conv_store adds */
 __global__ void
-conv_reduce_kernel (ConvArgs a, int splits)
+conv_reduce_kernel (const __grid_constant__ ConvArgs a, int splits)
 {
   size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   size_t plane = (size_t)a.c_out * a.n_cols;
@@ -384,7 +454,8 @@ struct Act
 struct Conv
 {
   int c_in = 0, c_out = 0, kernel = 0, dilation = 1, hist = 0;
-  int n = 0; /* new columns per stream in a pass (one frame) */
+  int n = 0;     /* new columns per stream in a pass (one frame) */
+  int k_pad = 0; /* kernel · c_in rounded up to TILE_K */
   float *w = NULL;
   float *bias = NULL;
   int *k_offset = NULL;
@@ -423,6 +494,10 @@ struct _GepardCudaCodec
   size_t weight_bytes = 0;
 
   size_t state_floats = 0; /* per stream */
+  /* slots in the state pool: max_streams, then one where the streams that pad a pass to a
+   * multiple of PASS_ALIGN write what nobody reads */
+  int slot_stride = 0;
+  int max_batch = 0; /* max_streams rounded up to PASS_ALIGN */
   float *state = NULL;
   size_t buffer_floats = 0; /* per buffer */
   float *buffers[8] = {};
@@ -434,7 +509,6 @@ struct _GepardCudaCodec
   int target_blocks = 0;
   float *d_latent = NULL;
   int *d_slots = NULL;
-  int *d_fresh = NULL;
   float *d_out = NULL;
   float *h_latent = NULL;
   int *h_slots = NULL;
@@ -527,7 +601,8 @@ load_conv (GepardCudaCodec *codec, Conv &conv, int c_in, int c_out, int kernel, 
   conv.state = codec->state_floats;
   codec->state_floats += (size_t)c_in * conv.hist;
   codec->input_floats = std::max (codec->input_floats, (size_t)c_in * (conv.hist + n));
-  std::vector<int> offsets ((size_t)kernel * c_in);
+  conv.k_pad = (kernel * c_in + TILE_K - 1) / TILE_K * TILE_K;
+  std::vector<int> offsets (conv.k_pad, 0);
   for (int m = 0; m < kernel; m++)
     for (int c = 0; c < c_in; c++)
       offsets[(size_t)m * c_in + c] = c * (conv.hist + n) + m * dilation;
@@ -539,11 +614,12 @@ load_conv (GepardCudaCodec *codec, Conv &conv, int c_in, int c_out, int kernel, 
   if (fetch (lookup, user_data, name + ".conv.weight", (size_t)c_out * c_in * kernel, w, msg) != 0
       || fetch (lookup, user_data, name + ".conv.bias", c_out, bias, msg) != 0)
     return -1;
-  std::vector<float> packed (w.size ());
+  std::vector<float> packed ((size_t)c_out * conv.k_pad, 0.0f);
   for (int o = 0; o < c_out; o++)
     for (int c = 0; c < c_in; c++)
       for (int m = 0; m < kernel; m++)
-        packed[((size_t)o * kernel + m) * c_in + c] = w[((size_t)o * c_in + c) * kernel + m];
+        packed[(size_t)o * conv.k_pad + (size_t)m * c_in + c]
+            = w[((size_t)o * c_in + c) * kernel + m];
   if (upload (codec, &conv.w, packed, msg) != 0 || upload (codec, &conv.bias, bias, msg) != 0)
     return -1;
   return 0;
@@ -637,7 +713,7 @@ cudaError_t
 run_conv (GepardCudaCodec *codec, const Conv &conv, const Act *act, const float *in, int batch,
           const float *residual, const float *const *mean, int n_mean, int output, float *out)
 {
-  const int max_streams = codec->config.max_streams;
+  const int max_streams = codec->slot_stride;
   float *state = codec->state + conv.state * max_streams;
   int length = conv.hist + conv.n;
   size_t total = (size_t)conv.c_in * length * batch;
@@ -651,7 +727,7 @@ run_conv (GepardCudaCodec *codec, const Conv &conv, const Act *act, const float 
   a.k_offset = conv.k_offset;
   a.c_in = conv.c_in;
   a.c_out = conv.c_out;
-  a.k_total = conv.kernel * conv.c_in;
+  a.k_total = conv.k_pad;
   a.n_cols = conv.n * batch;
   a.batch = batch;
   a.xv = codec->input;
@@ -700,12 +776,12 @@ run_stage (GepardCudaCodec *codec, const Stage &st, float *x, int batch)
   size_t total = (size_t)st.channels * n * batch;
   RETURN_IF_FAILED (launch (up_sample_kernel, blocks_for (total), 256, 0, codec->stream, x, st.n_in,
                             batch, st.up_w, st.up_b, st.channels, st.rate, act,
-                            codec->state + st.carry * c.max_streams, c.max_streams, codec->d_slots,
-                            y));
+                            codec->state + st.carry * codec->slot_stride, codec->slot_stride,
+                            codec->d_slots, y));
   int threads = st.c_in * batch;
   RETURN_IF_FAILED (launch (keep_carry_kernel, blocks_for (threads), 256, 0, codec->stream, x,
-                            st.c_in, st.n_in, batch, codec->state + st.carry * c.max_streams,
-                            c.max_streams, codec->d_slots));
+                            st.c_in, st.n_in, batch, codec->state + st.carry * codec->slot_stride,
+                            codec->slot_stride, codec->d_slots));
   for (int j = 0; j < c.n_kernels; j++)
     for (int m = 0; m < c.n_dilations; m++)
       {
@@ -840,7 +916,9 @@ codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c,
     per_frame = std::max (per_frame, (size_t)codec->stages[i].channels * codec->stages[i].n_in
                                          * codec->stages[i].rate);
   per_frame = std::max (per_frame, (size_t)c->samples_per_frame);
-  int streams = c->max_streams;
+  codec->slot_stride = c->max_streams + 1;
+  codec->max_batch = (c->max_streams + PASS_ALIGN - 1) / PASS_ALIGN * PASS_ALIGN;
+  int streams = codec->max_batch;
   codec->buffer_floats = per_frame * streams;
   codec->n_buffers = 3 + c->n_kernels;
   for (int i = 0; i < codec->n_buffers; i++)
@@ -856,15 +934,14 @@ codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c,
   CUDA_TRY (cudaDeviceGetAttribute (&n_sms, cudaDevAttrMultiProcessorCount, device),
             "Querying the GPU");
   codec->target_blocks = 2 * n_sms;
-  CUDA_TRY (codec_alloc (codec, &codec->state, codec->state_floats * streams),
+  CUDA_TRY (codec_alloc (codec, &codec->state, codec->state_floats * codec->slot_stride),
             "Allocating the codec's stream states");
-  CUDA_TRY (cudaMemset (codec->state, 0, codec->state_floats * streams * sizeof (float)),
+  CUDA_TRY (cudaMemset (codec->state, 0, codec->state_floats * codec->slot_stride * sizeof (float)),
             "Clearing the codec's stream states");
   CUDA_TRY (codec_alloc (codec, &codec->d_latent, (size_t)c->latent_dim * streams),
             "Allocating the codec's inputs");
   CUDA_TRY (codec_alloc (codec, &codec->d_slots, (size_t)2 * streams),
             "Allocating the codec's inputs");
-  codec->d_fresh = codec->d_slots + streams;
   CUDA_TRY (codec_alloc (codec, &codec->d_out, (size_t)c->samples_per_frame * streams),
             "Allocating the codec's output");
   CUDA_TRY (cudaHostAlloc ((void **)&codec->h_latent, (size_t)c->latent_dim * streams * 4, 0),
@@ -873,8 +950,8 @@ codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c,
             "Allocating host buffers");
   CUDA_TRY (cudaHostAlloc ((void **)&codec->h_out, (size_t)c->samples_per_frame * streams * 4, 0),
             "Allocating host buffers");
-  codec->fresh.assign (streams, 0);
-  for (int s = streams - 1; s >= 0; s--)
+  codec->fresh.assign (c->max_streams, 0);
+  for (int s = c->max_streams - 1; s >= 0; s--)
     codec->free_streams.push_back (s);
   return 0;
 }
@@ -902,9 +979,10 @@ gepard_cuda_codec_info (GepardCudaCodec *codec, GepardCudaCodecInfo *info)
 {
   info->weight_bytes = codec->weight_bytes;
   info->state_bytes = codec->state_floats * sizeof (float);
-  info->work_bytes = ((codec->state_floats + codec->input_floats) * codec->config.max_streams
-                      + codec->buffer_floats * codec->n_buffers + codec->partial_floats)
-                     * sizeof (float);
+  info->work_bytes
+      = (codec->state_floats * codec->slot_stride + codec->input_floats * codec->max_batch
+         + codec->buffer_floats * codec->n_buffers + codec->partial_floats)
+        * sizeof (float);
   info->max_streams = codec->config.max_streams;
   info->tensor_cores = codec->tensor_cores;
 }
@@ -951,51 +1029,53 @@ gepard_cuda_codec_decode (GepardCudaCodec *codec, const int *streams, const floa
     return msg.fail ("%d streams in one pass; the GPU codec takes at most %d", n, c.max_streams);
   CUDA_TRY (cudaSetDevice (codec->device), "Selecting the GPU");
 
-  /* inputs: slots, then the slots whose state starts from zero; latent as [latent_dim][n] */
+  /* inputs: slots (padded with the spare slot to a multiple of PASS_ALIGN), then the slots whose
+   * state starts from zero; latent as [latent_dim][padded n] */
+  const int n_pass = (n + PASS_ALIGN - 1) / PASS_ALIGN * PASS_ALIGN;
   int n_fresh = 0;
   {
     std::lock_guard<std::mutex> hold (codec->lock);
+    for (int s = 0; s < n_pass; s++)
+      codec->h_slots[s] = s < n ? streams[s] : c.max_streams;
     for (int s = 0; s < n; s++)
-      {
-        codec->h_slots[s] = streams[s];
-        if (codec->fresh[streams[s]])
-          {
-            codec->h_slots[n + n_fresh++] = streams[s];
-            codec->fresh[streams[s]] = 0;
-          }
-      }
+      if (codec->fresh[streams[s]])
+        {
+          codec->h_slots[n_pass + n_fresh++] = streams[s];
+          codec->fresh[streams[s]] = 0;
+        }
   }
-  for (int s = 0; s < n; s++)
+  for (int s = 0; s < n_pass; s++)
     for (int i = 0; i < c.latent_dim; i++)
-      codec->h_latent[(size_t)i * n + s] = latent[(size_t)s * c.latent_dim + i];
+      codec->h_latent[(size_t)i * n_pass + s] = s < n ? latent[(size_t)s * c.latent_dim + i] : 0.0f;
   cudaStream_t stream = codec->stream;
-  CUDA_TRY (cudaMemcpyAsync (codec->d_slots, codec->h_slots, (size_t)(n + n_fresh) * sizeof (int),
-                             cudaMemcpyHostToDevice, stream),
+  CUDA_TRY (cudaMemcpyAsync (codec->d_slots, codec->h_slots,
+                             (size_t)(n_pass + n_fresh) * sizeof (int), cudaMemcpyHostToDevice,
+                             stream),
             "Uploading the codec's inputs");
   CUDA_TRY (cudaMemcpyAsync (codec->d_latent, codec->h_latent,
-                             (size_t)c.latent_dim * n * sizeof (float), cudaMemcpyHostToDevice,
+                             (size_t)c.latent_dim * n_pass * sizeof (float), cudaMemcpyHostToDevice,
                              stream),
             "Uploading the codec's inputs");
   if (n_fresh > 0)
     {
       dim3 grid ((unsigned)((codec->state_floats + 255) / 256), n_fresh);
       CUDA_TRY (launch (zero_state_kernel, grid, 256, 0, stream, codec->state, codec->state_floats,
-                        c.max_streams, codec->d_slots + n),
+                        codec->slot_stride, codec->d_slots + n_pass),
                 "Decoding audio");
     }
 
-  if (n == codec->profile_batch)
+  if (n_pass == codec->profile_batch)
     {
       /* GEPARD_CUDA_CODEC_PROFILE=N: the first pass over N streams, uncaptured, is the one a
        * profiler started with --profile-from-start off sees */
       codec->profile_batch = 0;
       cudaProfilerStart ();
-      cudaError_t status = run_pass (codec, n);
+      cudaError_t status = run_pass (codec, n_pass);
       cudaProfilerStop ();
       CUDA_TRY (status, "Decoding audio");
     }
   else
-    CUDA_TRY (codec->use_graphs ? run_pass_graph (codec, n) : run_pass (codec, n),
+    CUDA_TRY (codec->use_graphs ? run_pass_graph (codec, n_pass) : run_pass (codec, n_pass),
               "Decoding audio");
   size_t total = (size_t)c.samples_per_frame * n;
   CUDA_TRY (cudaMemcpyAsync (codec->h_out, codec->d_out, total * sizeof (float),
