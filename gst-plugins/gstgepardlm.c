@@ -57,6 +57,7 @@ enum
   PROP_TEMPERATURE,
   PROP_TOP_K,
   PROP_MAX_FRAMES,
+  PROP_IGNORE_STOP,
   PROP_SEED,
   PROP_FRAMES,
 };
@@ -90,6 +91,7 @@ struct _GstGepardLm
   double temperature;
   int top_k;
   int max_frames;
+  gboolean ignore_stop;
   guint64 seed;
   guint64 frames_pushed;
 
@@ -373,6 +375,7 @@ gst_gepard_lm_generate (GstGepardLm *self, const GArray *ids)
     sampling.temperature = (float)self->temperature;
   sampling.top_k = self->top_k;
   sampling.max_frames = self->max_frames;
+  sampling.ignore_stop = self->ignore_stop;
   /* seed + sentence index: every sentence of a turn differs, and a turn replays exactly */
   sampling.seed = self->seed + self->n_sentences;
   GST_OBJECT_UNLOCK (self);
@@ -702,6 +705,9 @@ gst_gepard_lm_set_property (GObject *object, guint prop_id, const GValue *value,
     case PROP_MAX_FRAMES:
       self->max_frames = g_value_get_int (value);
       break;
+    case PROP_IGNORE_STOP:
+      self->ignore_stop = g_value_get_boolean (value);
+      break;
     case PROP_SEED:
       self->seed = g_value_get_uint64 (value);
       break;
@@ -737,6 +743,9 @@ gst_gepard_lm_get_property (GObject *object, guint prop_id, GValue *value, GPara
       break;
     case PROP_MAX_FRAMES:
       g_value_set_int (value, self->max_frames);
+      break;
+    case PROP_IGNORE_STOP:
+      g_value_set_boolean (value, self->ignore_stop);
       break;
     case PROP_SEED:
       g_value_set_uint64 (value, self->seed);
@@ -839,6 +848,14 @@ gst_gepard_lm_class_init (GstGepardLmClass *klass)
                         "does not stop on its own. Applies from the next sentence.",
                         1, 100000, DEFAULT_MAX_FRAMES,
                         G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING));
+  g_object_class_install_property (
+      gobject_class, PROP_IGNORE_STOP,
+      g_param_spec_boolean (
+          "ignore-stop", "Ignore stop",
+          "For benchmarks: run every sentence to max-frames whatever the stop "
+          "head says, so that each sentence has a fixed length. Applies from "
+          "the next sentence.",
+          FALSE, G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (
       gobject_class, PROP_SEED,
       g_param_spec_uint64 ("seed", "Seed",

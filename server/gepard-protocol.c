@@ -80,6 +80,50 @@ read_voice (JsonObject *object, char **out, GError **error)
   return TRUE;
 }
 
+/* The frames a benchmark may force per sentence at most; gepardlm's max-frames has the same
+ * bound. */
+#define GEPARD_EXTENSION_MAX_FRAMES 100000
+
+/* Gepard's extension: "gepard": {"max_frames": N, "ignore_stop": true|false}. Each sentence
+ * stops after N frames at most; with ignore_stop it runs to exactly N whatever the stop head
+ * says (as vLLM's ignore_eos), so that a benchmark knows how much audio each sentence makes. */
+static gboolean
+read_extension (JsonObject *object, GepardTtsRequest *request, GError **error)
+{
+  JsonNode *node = json_object_get_member (object, "gepard");
+  if (node == NULL || JSON_NODE_HOLDS_NULL (node))
+    return TRUE;
+  if (!JSON_NODE_HOLDS_OBJECT (node))
+    return bad_type ("gepard", "an object", error);
+  JsonObject *extension = json_node_get_object (node);
+  JsonNode *frames = json_object_get_member (extension, "max_frames");
+  if (frames != NULL && !JSON_NODE_HOLDS_NULL (frames))
+    {
+      if (!JSON_NODE_HOLDS_VALUE (frames) || json_node_get_value_type (frames) != G_TYPE_INT64
+          || json_node_get_int (frames) < 1
+          || json_node_get_int (frames) > GEPARD_EXTENSION_MAX_FRAMES)
+        {
+          g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                       "gepard.max_frames must be an integer from 1 to %d",
+                       GEPARD_EXTENSION_MAX_FRAMES);
+          return FALSE;
+        }
+      request->max_frames = (int)json_node_get_int (frames);
+    }
+  if (!read_bool (extension, "ignore_stop", &request->ignore_stop, error))
+    {
+      g_clear_error (error);
+      return bad_type ("gepard.ignore_stop", "true or false", error);
+    }
+  if (request->ignore_stop && request->max_frames == 0)
+    {
+      g_set_error_literal (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                           "gepard.ignore_stop needs gepard.max_frames");
+      return FALSE;
+    }
+  return TRUE;
+}
+
 /* json-glib parses recursively: deep enough nesting ("[[[[…") exhausts the stack, so it is
  * measured first, outside strings, without parsing. */
 #define MAX_JSON_DEPTH 64
@@ -151,7 +195,8 @@ gepard_tts_request_parse (const char *data, gsize length, GepardTtsRequest *requ
       || !read_bool (object, "flush", &request->flush, error)
       || !read_bool (object, "cancel", &request->cancel, error)
       || !read_bool (object, "add_timestamps", &request->add_timestamps, error)
-      || !read_bool (object, "add_phoneme_timestamps", &request->add_phoneme_timestamps, error))
+      || !read_bool (object, "add_phoneme_timestamps", &request->add_phoneme_timestamps, error)
+      || !read_extension (object, request, error))
     return FALSE;
 
   JsonNode *format = json_object_get_member (object, "output_format");

@@ -2,7 +2,8 @@
  *
  * One request shape serves /tts/bytes, /tts/sse and each WebSocket message: every field is
  * optional here and each route says what it needs. Unknown fields are ignored (clients send
- * extras such as max_buffer_delay_ms on /tts/bytes). The event builders always write every
+ * extras such as max_buffer_delay_ms on /tts/bytes). The one field of Gepard's own, "gepard",
+ * forces sentence lengths for benchmarks (server/README.md). The event builders always write every
  * envelope field the strictest client validates (§3.3). */
 #pragma once
 
@@ -22,6 +23,10 @@ typedef struct
   gboolean cancel;
   gboolean add_timestamps;
   gboolean add_phoneme_timestamps;
+  /* Gepard's extension, not Cartesia's: "gepard": {"max_frames": N, "ignore_stop": true}, for
+   * benchmarks that need every sentence to be of a known length. 0 / FALSE when absent. */
+  int max_frames;
+  gboolean ignore_stop;
 } GepardTtsRequest;
 
 /* Parses a JSON object. On error, `request` holds what was read before it (context_id, when it

@@ -455,6 +455,8 @@ configure (GepardTtsSession *s, const GepardTtsSessionSetup *setup, GError **err
   g_object_set (lm, "voice", setup->voice_id, NULL);
   if (setup->max_frames > 0)
     g_object_set (lm, "max-frames", setup->max_frames, NULL);
+  if (setup->ignore_stop)
+    g_object_set (lm, "ignore-stop", TRUE, NULL);
   if (setup->codec_path != NULL)
     set_if_property (codec, "codec", setup->codec_path);
   else

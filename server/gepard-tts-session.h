@@ -27,7 +27,8 @@ typedef struct
   const char *codec_path; /* NULL: the model's codec */
   const char *voice_id;   /* registered with the engine */
   GepardOutputFormat format;
-  int max_frames; /* 0: the element's default */
+  int max_frames;       /* 0: the element's default */
+  gboolean ignore_stop; /* every sentence runs to max_frames (benchmarks) */
 } GepardTtsSessionSetup;
 
 typedef struct

@@ -3,6 +3,8 @@
  *   gepard-bench lm MODEL [--frames N] [--text-tokens N] [--runs N]
  *   gepard-bench codec CODEC [--steps N] [--streams B] [--threads N]
  *   gepard-bench engine MODEL [--device D] [--concurrency 1,8,…] [--frames N] [--no-audio]
+ *   gepard-bench server URL [--concurrency 1,32,…] [--frames N] [--sentences N] [--api-key K]
+ *                [--voice ID] [--sample-rate R] [--encoding E]
  *
  * lm: one utterance on the model's CPU path with a forced length (the stop head is ignored, so
  * every run decodes the same number of frames): prefill time, decode step time, real-time factor.
@@ -17,7 +19,13 @@
  * through the engine's codec service as they arrive. Per stream: time to first audio (first
  * decoded PCM; first frame with --no-audio) and real-time factor (time to its last audio over
  * the audio's duration), as p50/p90/p99, and the aggregate: audio seconds per wall second.
+ *
+ * server: the same table for a running gepard-server at URL, through its WebSocket: C clients,
+ * each on its own socket, each sending a turn of --sentences messages whose sentences are forced
+ * to --frames frames each (Gepard's "gepard" request extension, server/README.md), then one JSON
+ * line per level (gepard-bench-server.c).
  */
+#include "gepard-bench-server.h"
 #include "gepard-checkpoint.h"
 #include "gepard-codec.h"
 #include "gepard-engine.h"
@@ -432,11 +440,14 @@ int
 main (int argc, char **argv)
 {
   int frames = 200, text_tokens = 20, runs = 3, steps = 5, streams = 0, threads = 0;
+  int sentences = 3, sample_rate = 24000;
   gboolean no_audio = FALSE;
   g_autofree char *device = NULL, *concurrency = NULL;
+  g_autofree char *api_key = NULL, *voice = NULL, *encoding = NULL;
   g_auto (GStrv) rest = NULL;
   GOptionEntry entries[] = {
-      {"frames", 0, 0, G_OPTION_ARG_INT, &frames, "lm: frames per utterance (200)", "N"},
+      {"frames", 0, 0, G_OPTION_ARG_INT, &frames,
+       "lm, engine: frames per utterance; server: per sentence (200)", "N"},
       {"text-tokens", 0, 0, G_OPTION_ARG_INT, &text_tokens, "lm: text tokens per utterance (20)",
        "N"},
       {"runs", 0, 0, G_OPTION_ARG_INT, &runs, "lm: utterances (3)", "N"},
@@ -448,13 +459,24 @@ main (int argc, char **argv)
       {"device", 0, 0, G_OPTION_ARG_STRING, &device, "engine: auto, cpu, cuda or cuda:N (auto)",
        "D"},
       {"concurrency", 0, 0, G_OPTION_ARG_STRING, &concurrency,
-       "engine: concurrent streams, comma-separated (1,8,32)", "C,…"},
+       "engine, server: concurrent streams, comma-separated (1,8,32; server 1,32,128,256,512,1024)",
+       "C,…"},
       {"no-audio", 0, 0, G_OPTION_ARG_NONE, &no_audio, "engine: frames only, no codec", NULL},
-      {G_OPTION_REMAINING, 0, 0, G_OPTION_ARG_STRING_ARRAY, &rest, NULL, "lm MODEL | codec CODEC"},
+      {"sentences", 0, 0, G_OPTION_ARG_INT, &sentences, "server: sentences (messages) per turn (3)",
+       "N"},
+      {"api-key", 0, 0, G_OPTION_ARG_STRING, &api_key, "server: the server's API key", "K"},
+      {"voice", 0, 0, G_OPTION_ARG_STRING, &voice, "server: voice id (default)", "ID"},
+      {"sample-rate", 0, 0, G_OPTION_ARG_INT, &sample_rate, "server: output sample rate (24000)",
+       "R"},
+      {"encoding", 0, 0, G_OPTION_ARG_STRING, &encoding,
+       "server: pcm_f32le or pcm_s16le (pcm_f32le)", "E"},
+      {G_OPTION_REMAINING, 0, 0, G_OPTION_ARG_STRING_ARRAY, &rest, NULL,
+       "lm MODEL | codec CODEC | engine MODEL | server URL"},
       {NULL},
   };
   g_autoptr (GOptionContext) context
-      = g_option_context_new ("lm MODEL | codec CODEC | engine MODEL — speed of Gepard's parts");
+      = g_option_context_new ("lm MODEL | codec CODEC | engine MODEL | server URL — speed of "
+                              "Gepard's parts");
   g_option_context_add_main_entries (context, entries, NULL);
   g_autoptr (GError) error = NULL;
   if (!g_option_context_parse (context, &argc, &argv, &error))
@@ -469,6 +491,21 @@ main (int argc, char **argv)
       && text_tokens >= 1)
     return bench_engine (rest[1], device ? device : "auto", concurrency ? concurrency : "1,8,32",
                          frames, text_tokens, !no_audio);
+  if (rest != NULL && g_strv_length (rest) == 2 && strcmp (rest[0], "server") == 0 && frames >= 1
+      && sentences >= 1 && sample_rate >= 8000 && sample_rate <= 192000)
+    {
+      GepardBenchServerOptions options = {
+          .url = rest[1],
+          .concurrency = concurrency ? concurrency : "1,32,128,256,512,1024",
+          .frames = frames,
+          .sentences = sentences,
+          .api_key = api_key,
+          .voice = voice ? voice : "default",
+          .encoding = encoding ? encoding : "pcm_f32le",
+          .sample_rate = sample_rate,
+      };
+      return gepard_bench_server (&options);
+    }
   if (rest == NULL || g_strv_length (rest) != 2 || strcmp (rest[0], "lm") != 0 || frames < 1
       || text_tokens < 1 || runs < 1)
     {
@@ -476,7 +513,9 @@ main (int argc, char **argv)
                   "[--runs N]\n"
                   "       gepard-bench codec CODEC [--steps N] [--streams B] [--threads N]\n"
                   "       gepard-bench engine MODEL [--device D] [--concurrency C,…] [--frames N] "
-                  "[--no-audio]\n");
+                  "[--no-audio]\n"
+                  "       gepard-bench server URL [--concurrency C,…] [--frames N] "
+                  "[--sentences N] [--api-key K] [--voice ID] [--sample-rate R] [--encoding E]\n");
       return 2;
     }
   return bench_lm (rest[1], frames, text_tokens, runs);
