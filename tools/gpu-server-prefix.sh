@@ -8,7 +8,8 @@
 #                                            checked (length, level, no NaN, no clipping runs),
 #                                            then gepard-bench server at C = 1 and 8
 #
-# `pack` copies the project's binaries (GEPARD_BUILD_DIR, default build) and downloads, with
+# `pack` copies the project's binaries (GEPARD_BUILD_DIR, default build), the websockets package
+# for the PyTorch peer (tools/peer/, unpacked for PYTHONPATH), and downloads, with
 # apt-get, the Debian packages holding every shared library they and the GStreamer plugins the
 # server's pipelines use load, found with ldd and dpkg -S: only what the binaries really load, not
 # the packages' whole dependency trees. `env` unpacks them once with dpkg -x and links into one
@@ -56,6 +57,12 @@ pack() {
     done | cut -d: -f1 | sort -u | grep -v -x -E 'libc6|libgcc-s1|libstdc\+\+6|zlib1g'
   )
   (cd "$pack/debs" && apt-get download $packages >/dev/null)
+  # the peer server's one package the host's Python lacks, unpacked for PYTHONPATH
+  local python=${GEPARD_VENV:-$PWD/.venv}/bin/python
+  "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux2014_x86_64 -d "$pack/wheels" "$(grep -i '^websockets==' tests/requirements.txt)"
+  for wheel in "$pack"/wheels/*.whl; do "$python" -m zipfile -e "$wheel" "$pack/python"; done
+  rm -rf "$pack/wheels"
   echo "packed into $pack: $(echo $packages | wc -w) packages, $(du -sh "$pack" | cut -f1)"
   echo "$packages" | tr '\n' ' '
   echo
