@@ -80,10 +80,11 @@ gepard_server_resolve_voice_finish (GAsyncResult *result, GError **error)
 }
 
 gboolean
-gepard_server_prepare_generation (GepardServer *server, const char *voice_id,
-                                  const GepardOutputFormat *format, GepardTtsSessionSetup *setup,
-                                  GError **error)
+gepard_server_prepare_generation (GepardServer *server, const GepardTtsRequest *request,
+                                  GepardTtsSessionSetup *setup, GError **error)
 {
+  const char *voice_id = request->voice_id;
+  const GepardOutputFormat *format = &request->output_format;
   if (server->engine == NULL)
     {
       g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_UNAVAILABLE,
@@ -129,6 +130,11 @@ gepard_server_prepare_generation (GepardServer *server, const char *voice_id,
   setup->codec_path = server->config.codec;
   setup->format = *format;
   setup->max_frames = server->config.max_frames;
+  /* Gepard's benchmark extension: a fixed length per sentence, within the server's own limit */
+  if (request->max_frames > 0)
+    setup->max_frames = setup->max_frames > 0 ? MIN (setup->max_frames, request->max_frames)
+                                              : request->max_frames;
+  setup->ignore_stop = request->ignore_stop;
   /* the caller's string: it outlives the setup, which gepard_tts_session_new copies */
   setup->voice_id = voice_id;
   return TRUE;
@@ -337,8 +343,7 @@ start_generation (GepardServer *server, HttpGeneration *g, GError **error)
 {
   GepardTtsRequest *request = &g->request;
   GepardTtsSessionSetup setup;
-  if (!gepard_server_prepare_generation (server, request->voice_id, &request->output_format, &setup,
-                                         error))
+  if (!gepard_server_prepare_generation (server, request, &setup, error))
     return FALSE;
   g->format = request->output_format;
   g->add_timestamps = request->add_timestamps;

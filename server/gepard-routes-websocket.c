@@ -300,14 +300,8 @@ open_context (WsConnection *c, const char *id, GepardTtsRequest *request, GError
       return NULL;
     }
   GepardTtsSessionSetup setup;
-  if (!gepard_server_prepare_generation (server, request->voice_id, &request->output_format, &setup,
-                                         error))
+  if (!gepard_server_prepare_generation (server, request, &setup, error))
     return NULL;
-  /* Gepard's benchmark extension: a fixed length per sentence, within the server's own limit */
-  if (request->max_frames > 0)
-    setup.max_frames
-        = setup.max_frames > 0 ? MIN (setup.max_frames, request->max_frames) : request->max_frames;
-  setup.ignore_stop = request->ignore_stop;
 
   WsContext *ctx = g_new0 (WsContext, 1);
   ctx->conn = c;

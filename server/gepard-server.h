@@ -109,10 +109,10 @@ void gepard_server_resolve_voice_async (GepardServer *server, const char *voice_
                                         GCancellable *cancellable, GAsyncReadyCallback callback,
                                         gpointer user_data);
 GepardVoice *gepard_server_resolve_voice_finish (GAsyncResult *result, GError **error);
-/* The session setup for `format` and `voice_id`, or an API error (unknown voice, no model yet,
- * too many generations). */
-gboolean gepard_server_prepare_generation (GepardServer *server, const char *voice_id,
-                                           const GepardOutputFormat *format,
+/* The session setup for a request's output format and voice — with Gepard's benchmark extension
+ * (a fixed length per sentence within the server's own limit) — or an API error (unknown voice,
+ * no model yet, too many generations). */
+gboolean gepard_server_prepare_generation (GepardServer *server, const GepardTtsRequest *request,
                                            GepardTtsSessionSetup *setup, GError **error);
 
 G_END_DECLS

@@ -6,6 +6,7 @@ import base64
 import json
 import re
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -176,3 +177,34 @@ def test_extension_refuses_bad_values(server, extension):
     assert events[-1]["type"] == "error" and events[-1]["status_code"] == 400, events[-1]
     assert "gepard" in events[-1]["message"]
     assert audio == b""
+
+
+@pytest.mark.parametrize("extension,frames", [
+    (None, SERVER_MAX_FRAMES),
+    ({"max_frames": 4, "ignore_stop": True}, 4),
+    ({"max_frames": 1000}, SERVER_MAX_FRAMES),
+])
+def test_extension_over_http(server, extension, frames):
+    """/tts/bytes and /tts/sse take the field as the WebSocket does."""
+    body = {"model_id": "sonic-3", "transcript": "Hello there. How are you?",
+            "voice": {"mode": "id", "id": "default"},
+            "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000}}
+    if extension is not None:
+        body["gepard"] = extension
+    request = urllib.request.Request(server.base_url + "/tts/bytes", data=json.dumps(body).encode(),
+                                     headers={"X-API-Key": KEY, "Cartesia-Version": "2026-03-01"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        audio = response.read()
+    assert abs(len(audio) // 2 - gsp.expected_samples(2, frames, 24000)) <= 8
+
+    body["add_timestamps"] = False
+    request = urllib.request.Request(server.base_url + "/tts/sse", data=json.dumps(body).encode(),
+                                     headers={"X-API-Key": KEY, "Cartesia-Version": "2026-03-01"})
+    samples = 0
+    with urllib.request.urlopen(request, timeout=60) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("data:"):
+                event = json.loads(line[5:])
+                if event.get("type") == "chunk":
+                    samples += len(base64.b64decode(event["data"])) // 2
+    assert abs(samples - gsp.expected_samples(2, frames, 24000)) <= 8
