@@ -830,6 +830,15 @@ drop_graphs (GepardCudaCodec *codec)
   codec->graphs.clear ();
 }
 
+/* The streams a pass over n streams runs: a multiple of PASS_ALIGN and, where passes are captured,
+ * one of the bucketed sizes (gepard_batch_bucket), so that a few dozen graphs serve every n. */
+int
+pass_streams (int n, bool bucketed)
+{
+  int size = bucketed ? gepard_batch_bucket (n) : n;
+  return (size + PASS_ALIGN - 1) / PASS_ALIGN * PASS_ALIGN;
+}
+
 /* A pass as one graph launch: its kernels depend only on the number of streams (inputs are read
  * from the same device buffers every time), so one capture per batch size serves every later
  * pass of that size. Where capture fails, passes run uncaptured from then on. */
@@ -917,7 +926,7 @@ codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c,
                                          * codec->stages[i].rate);
   per_frame = std::max (per_frame, (size_t)c->samples_per_frame);
   codec->slot_stride = c->max_streams + 1;
-  codec->max_batch = (c->max_streams + PASS_ALIGN - 1) / PASS_ALIGN * PASS_ALIGN;
+  codec->max_batch = pass_streams (c->max_streams, true);
   int streams = codec->max_batch;
   codec->buffer_floats = per_frame * streams;
   codec->n_buffers = 3 + c->n_kernels;
@@ -1029,9 +1038,9 @@ gepard_cuda_codec_decode (GepardCudaCodec *codec, const int *streams, const floa
     return msg.fail ("%d streams in one pass; the GPU codec takes at most %d", n, c.max_streams);
   CUDA_TRY (cudaSetDevice (codec->device), "Selecting the GPU");
 
-  /* inputs: slots (padded with the spare slot to a multiple of PASS_ALIGN), then the slots whose
-   * state starts from zero; latent as [latent_dim][padded n] */
-  const int n_pass = (n + PASS_ALIGN - 1) / PASS_ALIGN * PASS_ALIGN;
+  /* inputs: slots (padded with the spare slot to the pass's size), then the slots whose state
+   * starts from zero; latent as [latent_dim][padded n] */
+  const int n_pass = pass_streams (n, codec->use_graphs);
   int n_fresh = 0;
   {
     std::lock_guard<std::mutex> hold (codec->lock);

@@ -175,14 +175,18 @@ struct Layer
   float *input_scale, *post_scale, *q_scale, *k_scale; /* 1 + w (§1.2) */
 };
 
-/* a captured decode step: every kernel and GEMM of a step of `n` single-frame inputs whose
- * longest sequence fits `visible` positions */
+/* a captured decode step: every kernel and GEMM of a step of `n` single-frame inputs (a bucketed
+ * size, gepard_batch_bucket) whose longest sequence fits `visible` positions */
 struct Graph
 {
   int n;
   int visible;
   cudaGraphExec_t exec;
+  unsigned long long used; /* when it last ran, for evicting the longest unused */
 };
+
+/* captured steps kept at once: the (bucketed size, length bucket) pairs a busy server visits */
+constexpr size_t MAX_GRAPHS = 256;
 
 struct Sequence
 {
@@ -244,6 +248,10 @@ struct _GepardCudaModel
 
   std::mutex lock; /* slots and KV blocks: sequences come and go from any thread */
   std::vector<int> free_blocks;
+  /* where the rows that pad a captured step to its bucketed size write their keys, values and
+   * sampler state: a KV block and a sampler slot (max_sequences) no sequence owns */
+  int spare_block;
+  int max_step; /* sequences a step's buffers hold: max_sequences, bucketed */
   std::vector<Sequence> seqs;
   std::vector<int> free_slots;
   unsigned stamp;
@@ -265,6 +273,7 @@ struct _GepardCudaModel
 
   bool use_graphs;
   std::vector<Graph> graphs;
+  unsigned long long graph_clock;
   cublasComputeType_t compute_type;
 };
 
@@ -689,10 +698,12 @@ model_init (GepardCudaModel *m, int device, const GepardCudaModelConfig *c,
   if (upload_f32 (m, &m->rope_table, rope, msg) != 0)
     return -1;
 
-  /* per-sequence state and buffers, for up to max_sequences sequences in one step */
-  size_t ns = m->max_sequences, h = c->hidden_size;
-  CUDA_TRY (device_alloc (m, &m->states, ns), "Allocating sampler state");
-  CUDA_TRY (device_alloc (m, &m->history, ns * GEPARD_PENALTY_WINDOW * m->n_heads),
+  /* sampler state for every slot and the spare one; per-sequence buffers for a step of up to
+   * max_sequences sequences padded to its bucketed size */
+  m->max_step = gepard_batch_bucket (m->max_sequences);
+  size_t ns = m->max_step, h = c->hidden_size, slots = (size_t)m->max_sequences + 1;
+  CUDA_TRY (device_alloc (m, &m->states, slots), "Allocating sampler state");
+  CUDA_TRY (device_alloc (m, &m->history, slots * GEPARD_PENALTY_WINDOW * m->n_heads),
             "Allocating sampler state");
   CUDA_TRY (device_alloc (m, &m->frame_in, ns * m->n_heads * m->embed_dim),
             "Allocating work buffers");
@@ -724,9 +735,9 @@ model_init (GepardCudaModel *m, int device, const GepardCudaModelConfig *c,
       double left = fraction * total - (double)(total - free_bytes) - reserve;
       budget = left > 0 ? (size_t)left : 0;
     }
-  size_t wanted = (size_t)m->max_sequences * m->max_blocks;
+  size_t wanted = (size_t)m->max_sequences * m->max_blocks + 1;
   m->kv_blocks = (int)std::min (budget / block_bytes, wanted);
-  if (m->kv_blocks < m->max_blocks)
+  if (m->kv_blocks < m->max_blocks + 1)
     return msg.fail ("The GPU has room for %d KV blocks of %d positions (%.1f MiB each) after the "
                      "weights; one sequence of %d positions needs %d",
                      m->kv_blocks, GEPARD_KV_BLOCK, block_bytes / 1048576.0, m->max_context,
@@ -734,7 +745,8 @@ model_init (GepardCudaModel *m, int device, const GepardCudaModelConfig *c,
   m->kv_bytes = (size_t)m->kv_blocks * block_bytes;
   CUDA_TRY (device_alloc (m, &m->kv_pool, m->kv_bytes / 2), "Allocating the KV cache");
   m->free_blocks.reserve (m->kv_blocks);
-  for (int b = m->kv_blocks - 1; b >= 0; b--)
+  m->spare_block = m->kv_blocks - 1;
+  for (int b = m->kv_blocks - 2; b >= 0; b--)
     m->free_blocks.push_back (b);
   m->seqs.resize (m->max_sequences);
   for (int s = m->max_sequences - 1; s >= 0; s--)
@@ -769,7 +781,7 @@ gepard_cuda_model_info (GepardCudaModel *m, GepardCudaModelInfo *info)
   info->weight_bytes = m->weight_bytes;
   info->kv_cache_bytes = m->kv_bytes;
   info->kv_block_tokens = GEPARD_KV_BLOCK;
-  info->kv_blocks = m->kv_blocks;
+  info->kv_blocks = m->kv_blocks - 1;
   info->max_context = m->max_context;
   info->max_sequences = m->max_sequences;
   snprintf (info->device, sizeof info->device, "%s", m->device_name);
@@ -943,6 +955,7 @@ run_graph (GepardCudaModel *m, const MetaLayout &lay, int n, int max_visible, Me
   for (Graph &g : m->graphs)
     if (g.n == n && g.visible == visible)
       graph = &g;
+  m->graph_clock++;
   if (graph == NULL)
     {
       cudaGraph_t captured = NULL;
@@ -961,12 +974,19 @@ run_graph (GepardCudaModel *m, const MetaLayout &lay, int n, int max_visible, Me
           m->use_graphs = false;
           return run_step (m, lay, n, n, n, max_visible, msg);
         }
-      /* batch sizes and lengths wander as sequences come and go: bound what is kept */
-      if (m->graphs.size () >= 64)
-        drop_graphs (m);
-      m->graphs.push_back ({n, visible, exec});
+      /* lengths move on and batch buckets come and go: keep the most recently used */
+      if (m->graphs.size () >= MAX_GRAPHS)
+        {
+          auto oldest
+              = std::min_element (m->graphs.begin (), m->graphs.end (),
+                                  [] (const Graph &a, const Graph &b) { return a.used < b.used; });
+          cudaGraphExecDestroy (oldest->exec);
+          m->graphs.erase (oldest);
+        }
+      m->graphs.push_back ({n, visible, exec, 0});
       graph = &m->graphs.back ();
     }
+  graph->used = m->graph_clock;
   CUDA_TRY (cudaGraphLaunch (graph->exec, m->stream), "Launching a step");
   return 0;
 }
@@ -1031,9 +1051,12 @@ gepard_cuda_step (GepardCudaModel *m, const GepardCudaStepInput *inputs, int n, 
       blocks_needed += (length + GEPARD_KV_BLOCK - 1) / GEPARD_KV_BLOCK - s.blocks.size ();
     }
 
-  if (ensure_rows (m, rows, msg) != 0)
+  /* a step of single frames runs as a captured graph, padded to its bucketed size */
+  const bool captured = frames == n && m->use_graphs;
+  const int n_step = captured ? gepard_batch_bucket (n) : n;
+  if (ensure_rows (m, rows + n_step - n, msg) != 0)
     return -1;
-  MetaLayout lay = meta_layout (m, n, rows, frames, prefix_rows);
+  MetaLayout lay = meta_layout (m, n_step, rows + n_step - n, frames + n_step - n, prefix_rows);
   if (ensure_meta (m, lay.total, msg) != 0)
     return -1;
 
@@ -1103,14 +1126,33 @@ gepard_cuda_step (GepardCudaModel *m, const GepardCudaStepInput *inputs, int n, 
       for (int b = 0; b < m->max_blocks; b++)
         table[b] = b < (int)s.blocks.size () ? s.blocks[b] : 0;
     }
+  /* the padding: a first frame of code 0 in the spare slot, sampled greedily, never read */
+  for (int i = n; i < n_step; i++, row++)
+    {
+      GepardStepRow &r = row_meta[row];
+      r.seq = i;
+      r.pos = 0;
+      r.kind = GEPARD_ROW_FRAME;
+      r.value = frame;
+      memset (frame_codes + (size_t)frame * m->n_heads, 0, m->n_heads * 4);
+      frame_rows[frame++] = row;
+      GepardStepSeq &q = seq_meta[i];
+      memset (&q, 0, sizeof q);
+      q.slot = m->max_sequences;
+      q.last_row = row;
+      q.init = 1;
+      int32_t *table = tables + (size_t)i * m->max_blocks;
+      for (int b = 0; b < m->max_blocks; b++)
+        table[b] = m->spare_block;
+    }
 
-  size_t out_bytes = (size_t)n * (m->n_heads + 1 + (logits != NULL ? m->n_logits : 0)) * 4;
+  size_t out_bytes = (size_t)n_step * (m->n_heads + 1 + (logits != NULL ? m->n_logits : 0)) * 4;
   cudaError_t status
       = cudaMemcpyAsync (m->d_meta, m->h_meta, lay.total, cudaMemcpyHostToDevice, m->stream);
   int result = status == cudaSuccess ? 0 : cuda_fail (msg, status, "Uploading the step");
   if (result == 0)
-    result = frames == n && m->use_graphs ? run_graph (m, lay, n, max_visible, msg)
-                                          : run_step (m, lay, n, rows, frames, max_visible, msg);
+    result = captured ? run_graph (m, lay, n_step, max_visible, msg)
+                      : run_step (m, lay, n, rows, frames, max_visible, msg);
   if (result == 0)
     {
       status = cudaMemcpyAsync (m->h_out, m->d_out, out_bytes, cudaMemcpyDeviceToHost, m->stream);
@@ -1141,10 +1183,10 @@ gepard_cuda_step (GepardCudaModel *m, const GepardCudaStepInput *inputs, int n, 
       s.init = false;
     }
   const int32_t *out_codes = (const int32_t *)m->h_out;
-  const float *out_stops = (const float *)(out_codes + (size_t)n * m->n_heads);
+  const float *out_stops = (const float *)(out_codes + (size_t)n_step * m->n_heads);
   memcpy (codes, out_codes, (size_t)n * m->n_heads * 4);
   memcpy (stop_logits, out_stops, (size_t)n * 4);
   if (logits != NULL)
-    memcpy (logits, out_stops + n, (size_t)n * m->n_logits * 4);
+    memcpy (logits, out_stops + n_step, (size_t)n * m->n_logits * 4);
   return 0;
 }

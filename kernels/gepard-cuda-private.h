@@ -61,6 +61,24 @@ launch (void (*kernel) (Params...), dim3 grid, dim3 block, size_t smem, cudaStre
   return cudaLaunchKernelEx (&config, kernel, args...);
 }
 
+/* The batch sizes captured graphs are made for. A decode step or codec pass over n items runs as
+ * one over gepard_batch_bucket (n) items, the extra ones doing throwaway work in a spare slot, so
+ * batches that change size at every step as streams come and go reuse a few dozen graphs (32 up
+ * to 1024) rather than capturing one per size. Padding costs at most 1/8 more work above 128. */
+static inline int
+gepard_batch_bucket (int n)
+{
+  if (n <= 16)
+    {
+      int b = 1;
+      while (b < n)
+        b *= 2;
+      return b;
+    }
+  int step = n <= 128 ? 16 : n <= 512 ? 32 : 64;
+  return (n + step - 1) / step * step;
+}
+
 /* positions per KV-cache block */
 #define GEPARD_KV_BLOCK 64
 /* the repetition penalty looks at the last 32 frames (gepard-generate.c) */
