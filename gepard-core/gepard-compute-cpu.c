@@ -180,6 +180,9 @@ gepard_compute_cpu_new (const GepardModel *model, GepardCodec *codec)
   CpuCompute *self = g_new0 (CpuCompute, 1);
 
   self->parent.funcs = &cpu_funcs;
+  self->parent.max_batch = G_MAXINT;
+  /* a step's time grows with its batch on the CPU: more streams per step only slow each down */
+  self->parent.default_batch = 64;
   self->model = model;
   self->codec = codec;
   return &self->parent;

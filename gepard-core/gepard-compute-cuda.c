@@ -546,6 +546,10 @@ gepard_compute_cuda_new (const GepardCheckpoint *checkpoint, const GepardModel *
   self->fn = fn;
   self->gpu = gpu;
   self->codec_gpu = codec_gpu;
+  GepardCudaModelInfo info;
+  fn.model_info (gpu, &info);
+  /* one step for every stream: a GPU step's time grows far slower than its batch */
+  self->parent.max_batch = self->parent.default_batch = info.max_sequences;
   return &self->parent;
 }
 

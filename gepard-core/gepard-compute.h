@@ -65,6 +65,8 @@ typedef struct
 struct _GepardCompute
 {
   const GepardComputeFuncs *funcs;
+  int max_batch;     /* the most sequences one step takes */
+  int default_batch; /* the engine's batch unless it is told otherwise */
 };
 
 /* The CPU backend over a loaded model and its codec (may be NULL); both are borrowed and must

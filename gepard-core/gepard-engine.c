@@ -503,7 +503,7 @@ scheduler_main (gpointer data)
 void
 gepard_engine_options_init (GepardEngineOptions *options)
 {
-  options->max_batch = 64;
+  options->max_batch = 0;
   options->prefill_budget = 2048;
   options->max_waiting = 4096;
 }
@@ -584,7 +584,9 @@ gepard_engine_new (const char *model, const char *device, const GepardEngineOpti
     engine->options = *options;
   else
     gepard_engine_options_init (&engine->options);
-  engine->options.max_batch = MAX (engine->options.max_batch, 1);
+  if (engine->options.max_batch <= 0)
+    engine->options.max_batch = compute->default_batch;
+  engine->options.max_batch = MIN (engine->options.max_batch, compute->max_batch);
   engine->checkpoint = g_steal_pointer (&checkpoint);
   engine->model = lm;
   engine->codec = codec;

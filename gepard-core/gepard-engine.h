@@ -31,7 +31,8 @@ typedef enum
 
 typedef struct
 {
-  int max_batch;      /* sequences in one step; default 64 */
+  int max_batch;      /* sequences in one step; default 0: what the backend takes (64 on the CPU,
+                         GEPARD_GPU_MAX_SEQUENCES on a GPU) */
   int prefill_budget; /* prefill tokens admitted per iteration; default 2048 (a longer utterance is
                          admitted alone) */
   int max_waiting;    /* utterances queued before submit answers BUSY; default 4096 */
