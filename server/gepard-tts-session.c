@@ -182,6 +182,31 @@ handle_event (GepardTtsSession *s, Event *e)
     }
 }
 
+/* Audio that queued up while this thread was busy goes out as one piece (up to MERGED_AUDIO_BYTES):
+ * a loaded server then sends fewer, larger chunks instead of falling further behind. */
+#define MERGED_AUDIO_BYTES (64 * 1024)
+
+static void
+merge_audio (Event *e, GQueue *events)
+{
+  Event *next = g_queue_peek_head (events);
+  if (next == NULL || next->type != EVENT_AUDIO)
+    return;
+  g_autoptr (GByteArray) merged = g_byte_array_new ();
+  gsize size;
+  const guint8 *data = g_bytes_get_data (e->audio, &size);
+  g_byte_array_append (merged, data, size);
+  while ((next = g_queue_peek_head (events)) != NULL && next->type == EVENT_AUDIO
+         && merged->len + g_bytes_get_size (next->audio) <= MERGED_AUDIO_BYTES)
+    {
+      data = g_bytes_get_data (next->audio, &size);
+      g_byte_array_append (merged, data, size);
+      event_free (g_queue_pop_head (events));
+    }
+  g_bytes_unref (e->audio);
+  e->audio = g_byte_array_free_to_bytes (g_steal_pointer (&merged));
+}
+
 static gboolean
 dispatch (gpointer data)
 {
@@ -197,6 +222,8 @@ dispatch (gpointer data)
   Event *e;
   while ((e = g_queue_pop_head (&events)) != NULL)
     {
+      if (e->type == EVENT_AUDIO)
+        merge_audio (e, &events);
       /* a callback may close the session: nothing more reaches its owner then */
       if (!s->closed && !s->finished)
         handle_event (s, e);

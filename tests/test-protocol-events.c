@@ -1,0 +1,76 @@
+/* The events gepard-server sends, read back with json-glib as a client would: the chunk event
+ * (built by hand for speed) must be valid JSON with the audio intact, whatever the context id
+ * holds and whatever the audio's length modulo 3. */
+#include "gepard-protocol.h"
+
+#include <json-glib/json-glib.h>
+#include <string.h>
+
+static JsonObject *
+parse_event (const char *text, JsonParser *parser)
+{
+  g_autoptr (GError) error = NULL;
+  if (!json_parser_load_from_data (parser, text, -1, &error))
+    g_error ("not JSON (%s): %s", error->message, text);
+  JsonNode *root = json_parser_get_root (parser);
+  g_assert_true (JSON_NODE_HOLDS_OBJECT (root));
+  return json_node_get_object (root);
+}
+
+static void
+check_chunk (const char *context_id, gsize size, double step_time, guint flush_id)
+{
+  g_autofree guint8 *audio = g_malloc (MAX (size, 1));
+  for (gsize i = 0; i < size; i++)
+    audio[i] = (guint8)(i * 131 + 7);
+  g_autofree char *text = gepard_event_chunk (context_id, audio, size, step_time, flush_id);
+  g_autoptr (JsonParser) parser = json_parser_new ();
+  JsonObject *event = parse_event (text, parser);
+
+  g_assert_cmpstr (json_object_get_string_member (event, "type"), ==, "chunk");
+  if (context_id != NULL)
+    g_assert_cmpstr (json_object_get_string_member (event, "context_id"), ==, context_id);
+  else
+    g_assert_true (json_object_get_null_member (event, "context_id"));
+  g_assert_false (json_object_get_boolean_member (event, "done"));
+  g_assert_cmpint (json_object_get_int_member (event, "status_code"), ==, 206);
+  g_assert_cmpfloat_with_epsilon (json_object_get_double_member (event, "step_time"), step_time,
+                                  1e-12);
+  if (flush_id > 0)
+    g_assert_cmpint (json_object_get_int_member (event, "flush_id"), ==, flush_id);
+  else
+    g_assert_false (json_object_has_member (event, "flush_id"));
+  gsize decoded_size;
+  g_autofree guint8 *decoded
+      = g_base64_decode (json_object_get_string_member (event, "data"), &decoded_size);
+  g_assert_cmpmem (decoded, decoded_size, audio, size);
+}
+
+static void
+test_chunk_audio_lengths (void)
+{
+  for (gsize size = 0; size <= 9; size++)
+    check_chunk ("ctx-1", size, 1.25, 0);
+  check_chunk ("ctx-1", 4096, 0.0, 0);
+  check_chunk ("ctx-1", 64 * 1024, 12345.678, 3);
+}
+
+static void
+test_chunk_context_ids (void)
+{
+  const char *ids[] = {
+      "",         "plain", "with \"quotes\" and \\ backslash", "tab\tnew\nline\x01", "ünïcødé ☃ 𝄞",
+      "</script>"};
+  for (guint i = 0; i < G_N_ELEMENTS (ids); i++)
+    check_chunk (ids[i], 5, 3.5e-5, 0);
+  check_chunk (NULL, 5, 1e300, 0);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/protocol/chunk/audio-lengths", test_chunk_audio_lengths);
+  g_test_add_func ("/protocol/chunk/context-ids", test_chunk_context_ids);
+  return g_test_run ();
+}
