@@ -1,15 +1,16 @@
 /* gepard-bench-server.c: gepard-bench's server mode.
  *
- * C clients, each on its own WebSocket to /tts/websocket, all on this thread's main context.
- * At each level every client connects first; once all have connected (or failed), each sends its
- * turn at once: S messages of one sentence each, "continue": true but for the last. Every
- * message asks, through Gepard's extension {"gepard": {"max_frames": F, "ignore_stop": true}},
- * for sentences of exactly F frames, so that every stream receives the same audio and the
- * levels compare as the engine bench's do. Per stream: time to first audio (from sending its
- * first message to the first chunk that carries audio), real-time factor (time to its done over
- * the duration of the audio it received) and bytes; per level: the aggregate, audio seconds of
- * all streams per wall second from the first message sent to the last done. Errors (a refused
- * handshake, an error event, a socket closed before done) are counted, never fatal. */
+ * C clients, each on its own WebSocket to /tts/websocket, spread over a few client threads (each
+ * with its own main context and session), so that reading thousands of chunks a second is not
+ * what limits a level. At each level every client connects first; once all have connected (or
+ * failed), each sends its turn at once: S messages of one sentence each, "continue": true but for
+ * the last. Every message asks, through Gepard's extension {"gepard": {"max_frames": F,
+ * "ignore_stop": true}}, for sentences of exactly F frames, so that every stream receives the same
+ * audio and the levels compare as the engine bench's do. Per stream: time to first audio (from
+ * sending its first message to the first chunk that carries audio), real-time factor (time to its
+ * done over the duration of the audio it received) and bytes; per level: the aggregate, audio
+ * seconds of all streams per wall second from the first message sent to the last done. Errors (a
+ * refused handshake, an error event, a socket closed before done) are counted, never fatal. */
 #include "gepard-bench-server.h"
 
 #include <json-glib/json-glib.h>
@@ -35,11 +36,11 @@ typedef enum
   STREAM_FINISHED,
 } StreamState;
 
-typedef struct _BenchLevel BenchLevel;
+typedef struct _BenchWorker BenchWorker;
 
 typedef struct
 {
-  BenchLevel *level;
+  BenchWorker *level;
   int index;
   StreamState state;
   gboolean failed;
@@ -49,9 +50,20 @@ typedef struct
   guint64 bytes;
 } ServerStream;
 
-struct _BenchLevel
+/* What the client threads of a level share: the moment the turns start, once all have connected. */
+typedef struct
+{
+  GMutex lock;
+  GCond connected;
+  int workers, waiting;
+  gint64 start;
+} LevelStart;
+
+/* One client thread: a slice of the level's streams on its own main context. */
+struct _BenchWorker
 {
   const GepardBenchServerOptions *options;
+  LevelStart *level_start;
   SoupSession *session;
   const char *ws_url;
   ServerStream *streams;
@@ -84,7 +96,7 @@ percentile (double *values, int n, double p)
 static void
 stream_finish (ServerStream *s, const char *error)
 {
-  BenchLevel *level = s->level;
+  BenchWorker *level = s->level;
 
   if (s->state == STREAM_FINISHED)
     return;
@@ -194,7 +206,7 @@ on_error (SoupWebsocketConnection *conn, GError *error, gpointer user_data)
   stream_finish (user_data, error->message);
 }
 
-static void start_connects (BenchLevel *level);
+static void start_connects (BenchWorker *level);
 
 static void
 on_connected (GObject *source, GAsyncResult *result, gpointer user_data)
@@ -227,7 +239,7 @@ on_connected (GObject *source, GAsyncResult *result, gpointer user_data)
 }
 
 static void
-start_connects (BenchLevel *level)
+start_connects (BenchWorker *level)
 {
   while (level->connecting < CONNECT_WINDOW && level->next_connect < level->n
          && !g_cancellable_is_cancelled (level->cancellable))
@@ -293,7 +305,7 @@ turn_message (const GepardBenchServerOptions *o, int stream, int sentence)
 static gboolean
 check_stall (gpointer user_data)
 {
-  BenchLevel *level = user_data;
+  BenchWorker *level = user_data;
 
   if (g_get_monotonic_time () - level->last_progress < STALL_SECONDS * G_USEC_PER_SEC)
     return G_SOURCE_CONTINUE;
@@ -305,70 +317,161 @@ check_stall (gpointer user_data)
   return G_SOURCE_CONTINUE;
 }
 
+/* A client thread: connects its streams, waits for every thread's handshakes, sends its turns
+ * and reads until all of its streams are done, then closes its sockets. */
+static gpointer
+worker_main (gpointer data)
+{
+  BenchWorker *level = data;
+  const GepardBenchServerOptions *o = level->options;
+  GMainContext *context = g_main_context_new ();
+  g_main_context_push_thread_default (context);
+  level->session
+      = soup_session_new_with_options ("max-conns", level->n + 16, "max-conns-per-host",
+                                       level->n + 16, "timeout", 0, "idle-timeout", 0, NULL);
+  /* straight to the server, whatever proxy the environment names */
+  soup_session_set_proxy_resolver (level->session, NULL);
+  level->cancellable = g_cancellable_new ();
+  level->last_progress = g_get_monotonic_time ();
+  GSource *stall = g_timeout_source_new_seconds (1);
+  g_source_set_callback (stall, check_stall, level, NULL);
+  g_source_attach (stall, context);
+
+  start_connects (level);
+  while (level->connecting > 0)
+    g_main_context_iteration (context, TRUE);
+  /* a stall cancelled the handshakes not started yet */
+  for (int i = level->next_connect; i < level->n; i++)
+    stream_finish (&level->streams[i], "no handshake: the server stopped answering");
+
+  /* every turn at once, as the engine bench submits its utterances */
+  LevelStart *ls = level->level_start;
+  g_mutex_lock (&ls->lock);
+  if (++ls->waiting == ls->workers)
+    {
+      ls->start = g_get_monotonic_time ();
+      g_cond_broadcast (&ls->connected);
+    }
+  while (ls->start == 0)
+    g_cond_wait (&ls->connected, &ls->lock);
+  g_mutex_unlock (&ls->lock);
+
+  level->last_progress = g_get_monotonic_time ();
+  for (int i = 0; i < level->n; i++)
+    {
+      ServerStream *s = &level->streams[i];
+      if (s->state != STREAM_CONNECTED)
+        continue;
+      s->state = STREAM_SENT;
+      level->running++;
+      s->sent = g_get_monotonic_time ();
+      for (int k = 0; k < o->sentences && s->state == STREAM_SENT; k++)
+        {
+          g_autofree char *text = turn_message (o, s->index, k);
+          soup_websocket_connection_send_text (s->conn, text);
+        }
+    }
+  while (level->running > 0)
+    g_main_context_iteration (context, TRUE);
+
+  /* the sockets close before the next level starts */
+  for (int i = 0; i < level->n; i++)
+    if (level->streams[i].conn != NULL)
+      {
+        g_signal_handlers_disconnect_by_data (level->streams[i].conn, &level->streams[i]);
+        if (soup_websocket_connection_get_state (level->streams[i].conn)
+            == SOUP_WEBSOCKET_STATE_OPEN)
+          soup_websocket_connection_close (level->streams[i].conn, SOUP_WEBSOCKET_CLOSE_NORMAL,
+                                           NULL);
+      }
+  gint64 close_deadline = g_get_monotonic_time () + 2 * G_USEC_PER_SEC;
+  for (;;)
+    {
+      gboolean open = FALSE;
+      for (int i = 0; i < level->n && !open; i++)
+        open = level->streams[i].conn != NULL
+               && soup_websocket_connection_get_state (level->streams[i].conn)
+                      != SOUP_WEBSOCKET_STATE_CLOSED;
+      if (!open || g_get_monotonic_time () > close_deadline)
+        break;
+      g_main_context_iteration (context, FALSE);
+      g_usleep (1000);
+    }
+  for (int i = 0; i < level->n; i++)
+    {
+      g_clear_object (&level->streams[i].conn);
+      g_clear_object (&level->streams[i].msg);
+    }
+  g_source_destroy (stall);
+  g_source_unref (stall);
+  g_clear_object (&level->cancellable);
+  g_clear_object (&level->session);
+  /* what the closed sockets left on the context goes with it */
+  while (g_main_context_iteration (context, FALSE))
+    ;
+  g_main_context_pop_thread_default (context);
+  g_main_context_unref (context);
+  return NULL;
+}
+
+/* Client threads for a level of n streams: half the CPUs, 2 to 8, never more than streams. */
+static int
+client_threads (int n)
+{
+  return MIN (n, CLAMP ((int)g_get_num_processors () / 2, 2, 8));
+}
+
 /* Runs one level; appends its table row to stdout and its JSON line to `json`. */
 static void
 run_level (const GepardBenchServerOptions *o, const char *ws_url, int n, double bytes_per_second,
            int *errors, GString *json)
 {
-  GMainContext *context = g_main_context_default ();
-  g_autoptr (SoupSession) session = soup_session_new_with_options (
-      "max-conns", n + 16, "max-conns-per-host", n + 16, "timeout", 0, "idle-timeout", 0, NULL);
-  /* straight to the server, whatever proxy the environment names */
-  soup_session_set_proxy_resolver (session, NULL);
-  BenchLevel level = {
-      .options = o,
-      .session = session,
-      .ws_url = ws_url,
-      .streams = g_new0 (ServerStream, n),
-      .n = n,
-      .cancellable = g_cancellable_new (),
-      .last_progress = g_get_monotonic_time (),
-  };
-  GSource *stall = g_timeout_source_new_seconds (1);
-  g_source_set_callback (stall, check_stall, &level, NULL);
-  g_source_attach (stall, context);
+  int n_workers = client_threads (n);
+  ServerStream *streams = g_new0 (ServerStream, n);
+  BenchWorker *workers = g_new0 (BenchWorker, n_workers);
+  GThread **threads = g_new0 (GThread *, n_workers);
+  LevelStart level_start = {.workers = n_workers};
+  g_mutex_init (&level_start.lock);
+  g_cond_init (&level_start.connected);
 
-  for (int i = 0; i < n; i++)
+  for (int w = 0; w < n_workers; w++)
     {
-      level.streams[i].level = &level;
-      level.streams[i].index = i;
-    }
-  start_connects (&level);
-  while (level.connecting > 0)
-    g_main_context_iteration (context, TRUE);
-  /* a stall cancelled the handshakes not started yet */
-  for (int i = level.next_connect; i < n; i++)
-    stream_finish (&level.streams[i], "no handshake: the server stopped answering");
-
-  /* every turn at once, as the engine bench submits its utterances */
-  gint64 start = g_get_monotonic_time ();
-  level.last_progress = start;
-  for (int i = 0; i < n; i++)
-    {
-      ServerStream *s = &level.streams[i];
-      if (s->state != STREAM_CONNECTED)
-        continue;
-      s->state = STREAM_SENT;
-      level.running++;
-      s->sent = g_get_monotonic_time ();
-      for (int k = 0; k < o->sentences && s->state == STREAM_SENT; k++)
+      int first = (int)((gint64)n * w / n_workers), last = (int)((gint64)n * (w + 1) / n_workers);
+      workers[w] = (BenchWorker){
+          .options = o,
+          .level_start = &level_start,
+          .ws_url = ws_url,
+          .streams = streams + first,
+          .n = last - first,
+      };
+      for (int i = first; i < last; i++)
         {
-          g_autofree char *text = turn_message (o, i, k);
-          soup_websocket_connection_send_text (s->conn, text);
+          streams[i].level = &workers[w];
+          streams[i].index = i;
         }
     }
-  while (level.running > 0)
-    g_main_context_iteration (context, TRUE);
+  for (int w = 0; w < n_workers; w++)
+    threads[w] = g_thread_new ("bench-client", worker_main, &workers[w]);
+  for (int w = 0; w < n_workers; w++)
+    g_thread_join (threads[w]);
+  gint64 start = level_start.start;
 
   g_autofree double *ttfa = g_new (double, n);
   g_autofree double *rtf = g_new (double, n);
-  int done = 0;
+  int done = 0, level_errors = 0;
+  const char *first_error = NULL;
   gint64 end = start;
   double audio_total = 0, audio_min = 0, audio_max = 0;
   guint64 bytes_total = 0;
+  for (int w = 0; w < n_workers; w++)
+    {
+      level_errors += workers[w].errors;
+      if (first_error == NULL)
+        first_error = workers[w].first_error;
+    }
   for (int i = 0; i < n; i++)
     {
-      ServerStream *s = &level.streams[i];
+      ServerStream *s = &streams[i];
       bytes_total += s->bytes;
       if (s->failed)
         continue;
@@ -390,56 +493,31 @@ run_level (const GepardBenchServerOptions *o, const char *ws_url, int n, double 
          r99 = percentile (rtf, done, 0.99);
   double aggregate = wall > 0 ? audio_total / wall : 0;
   g_print ("%6d %8.1fms %8.1fms %8.1fms %8.4f %8.4f %8.4f %10.1fx %8.2fs %7d\n", n, t50, t90, t99,
-           r50, r90, r99, aggregate, wall, level.errors);
-  if (level.first_error != NULL)
-    g_printerr ("gepard-bench: %d of %d streams failed at C=%d; first: %s\n", level.errors, n, n,
-                level.first_error);
+           r50, r90, r99, aggregate, wall, level_errors);
+  if (first_error != NULL)
+    g_printerr ("gepard-bench: %d of %d streams failed at C=%d; first: %s\n", level_errors, n, n,
+                first_error);
 
   g_string_append_printf (
       json,
       "{\"mode\": \"server\", \"concurrency\": %d, \"completed\": %d, \"errors\": %d, "
       "\"frames\": %d, \"sentences\": %d, \"encoding\": \"%s\", \"sample_rate\": %d, "
+      "\"client_threads\": %d, "
       "\"ttfa_ms\": {\"p50\": %.3f, \"p90\": %.3f, \"p99\": %.3f}, "
       "\"rtf\": {\"p50\": %.5f, \"p90\": %.5f, \"p99\": %.5f}, \"aggregate\": %.3f, "
       "\"wall_s\": %.4f, \"audio_s\": {\"total\": %.5f, \"min\": %.5f, \"max\": %.5f}, "
       "\"bytes\": %" G_GUINT64_FORMAT "}\n",
-      n, done, level.errors, o->frames, o->sentences, o->encoding, o->sample_rate, t50, t90, t99,
-      r50, r90, r99, aggregate, wall, audio_total, audio_min, audio_max, bytes_total);
-  *errors += level.errors;
+      n, done, level_errors, o->frames, o->sentences, o->encoding, o->sample_rate, n_workers, t50,
+      t90, t99, r50, r90, r99, aggregate, wall, audio_total, audio_min, audio_max, bytes_total);
+  *errors += level_errors;
 
-  /* the sockets close before the next level starts */
-  for (int i = 0; i < n; i++)
-    if (level.streams[i].conn != NULL)
-      {
-        g_signal_handlers_disconnect_by_data (level.streams[i].conn, &level.streams[i]);
-        if (soup_websocket_connection_get_state (level.streams[i].conn)
-            == SOUP_WEBSOCKET_STATE_OPEN)
-          soup_websocket_connection_close (level.streams[i].conn, SOUP_WEBSOCKET_CLOSE_NORMAL,
-                                           NULL);
-      }
-  gint64 close_deadline = g_get_monotonic_time () + 2 * G_USEC_PER_SEC;
-  for (;;)
-    {
-      gboolean open = FALSE;
-      for (int i = 0; i < n && !open; i++)
-        open = level.streams[i].conn != NULL
-               && soup_websocket_connection_get_state (level.streams[i].conn)
-                      != SOUP_WEBSOCKET_STATE_CLOSED;
-      if (!open || g_get_monotonic_time () > close_deadline)
-        break;
-      g_main_context_iteration (context, FALSE);
-      g_usleep (1000);
-    }
-  for (int i = 0; i < n; i++)
-    {
-      g_clear_object (&level.streams[i].conn);
-      g_clear_object (&level.streams[i].msg);
-    }
-  g_source_destroy (stall);
-  g_source_unref (stall);
-  g_object_unref (level.cancellable);
-  g_free (level.first_error);
-  g_free (level.streams);
+  for (int w = 0; w < n_workers; w++)
+    g_free (workers[w].first_error);
+  g_mutex_clear (&level_start.lock);
+  g_cond_clear (&level_start.connected);
+  g_free (threads);
+  g_free (workers);
+  g_free (streams);
 }
 
 /* One socket per client, and then some for the session. */

@@ -11,13 +11,16 @@
 # one utterance, so it gets the same audio per stream as one message of FRAMES × SENTENCES frames.
 # Settings: GEPARD_BENCH_CONCURRENCY (1,32,128,256,512,1024), GEPARD_BENCH_FRAMES (200),
 # GEPARD_BENCH_SENTENCES (3), GEPARD_BENCH_PRESET (gepard-1.0), GEPARD_BENCH_DEVICE (cuda),
-# GEPARD_BENCH_PEER=0 skips the peer.
+# GEPARD_BENCH_PEER_CONCURRENCY (the same levels), GEPARD_BENCH_PEER=0 skips the peer,
+# GEPARD_BENCH_GEPARD=0 skips gepard-server. Each level is its own client run, so the levels that
+# finished keep their lines in OUT when a run is cut short.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 prefix=${GEPARD_PREFIX:-$PWD/device-prefix}
 out=${OUT:-$PWD/build/gpu-server-bench}
 levels=${GEPARD_BENCH_CONCURRENCY:-1,32,128,256,512,1024}
+peer_levels=${GEPARD_BENCH_PEER_CONCURRENCY:-$levels}
 frames=${GEPARD_BENCH_FRAMES:-200}
 sentences=${GEPARD_BENCH_SENTENCES:-3}
 preset=${GEPARD_BENCH_PRESET:-gepard-1.0}
@@ -30,9 +33,18 @@ eval "$(tools/gpu-server-prefix.sh env)"
 # Python packages the host lacks (websockets for the peer), carried as unpacked wheels
 [ -d "$prefix/server/python" ] && export PYTHONPATH=$prefix/server/python${PYTHONPATH:+:$PYTHONPATH}
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-max_c=$(tr ',' '\n' <<<"$levels" | sort -n | tail -1)
+max_c=$(tr ',' '\n' <<<"$levels,$peer_levels" | sort -n | tail -1)
 
 step() { echo; echo "=== $* ($(date -u +%T))"; }
+
+# runs the client once per level: bench_levels LEVELS RESULT_FILE FRAMES SENTENCES
+bench_levels() {
+  local c
+  for c in ${1//,/ }; do
+    gepard-bench server "$url" --concurrency "$c" --frames "$3" --sentences "$4" \
+      --sample-rate 22050 | tee -a "$2"
+  done
+}
 
 # starts a server command in the background; sets pid and url once it listens
 start() {
@@ -73,20 +85,20 @@ step "model: $preset, random weights"
 rm -rf "$work/model"
 gepard-make-test-model -p "$preset" "$work/model" >/dev/null
 
-step "gepard-server"
-start "$out/gepard-server.log" gepard-server --model "$work/model" --port 0 --host 127.0.0.1 \
-  --device "$device" --max-contexts $((max_c * 2)) --max-frames 0 || exit 1
-gepard-bench server "$url" --concurrency "$levels" --frames "$frames" --sentences "$sentences" \
-  --sample-rate 22050 | tee "$out/gepard.txt"
-kill "$pid"
-wait "$pid" 2>/dev/null
+if [ "${GEPARD_BENCH_GEPARD:-1}" != 0 ]; then
+  step "gepard-server"
+  start "$out/gepard-server.log" gepard-server --model "$work/model" --port 0 --host 127.0.0.1 \
+    --device "$device" --max-contexts $((max_c * 2)) --max-frames 0 || exit 1
+  bench_levels "$levels" "$out/gepard.txt" "$frames" "$sentences"
+  kill "$pid"
+  wait "$pid" 2>/dev/null
+fi
 
 if [ "${GEPARD_BENCH_PEER:-1}" != 0 ]; then
   step "PyTorch peer"
   start "$out/peer.log" python3 tools/peer/gepard_peer.py --model "$work/model" --port 0 \
     --device "$device" --max-batch "$max_c" --max-len $((frames * sentences + 512)) || exit 1
-  gepard-bench server "$url" --concurrency "$levels" --frames $((frames * sentences)) \
-    --sentences 1 --sample-rate 22050 | tee "$out/peer.txt"
+  bench_levels "$peer_levels" "$out/peer.txt" $((frames * sentences)) 1
   kill "$pid"
   wait "$pid" 2>/dev/null
 fi
