@@ -1,0 +1,262 @@
+"""The default voice's data and codec recipe: tools/voice/corpus.py, speech.py and codec.py.
+
+Fast checks on the CPU with a tiny codec (decoder base 64, encoder base 2) and a handful of
+sentences read by espeak-ng (a Debian package, installed by scripts/lib.sh):
+
+* the corpus is deterministic for a seed, has at least 40 held-out sentences, none of them in
+  train, each with its own name, and no train sentence uses a held-out name, verb or place;
+* the codec's state dict at the published width has exactly the names, shapes, dtypes and order
+  of tests/data/nanocodec-tensors.txt (nanocodec.md Appendix A);
+* a few training steps reduce the loss on fixed segments, and a checkpoint resumes;
+* the exported .nemo loads in the C codec (gepard-codec-tool from $GEPARD_BUILD_DIR/tools,
+  default <repo>/build): C decode = torch decode within max |Δ| ≤ 2⁻¹⁵ (one 16-bit PCM step; both
+  are fp32, measured ~1e-7), streamed in chunks of 3 frames too; C encode gives torch's codes
+  except where a value lies within 1e-4 of an FSQ rounding boundary;
+* encode writes codes.pt in the documented format, and its codes are the model's codes.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+HERE = Path(__file__).resolve().parent
+SOURCE_DIR = Path(os.environ.get("GEPARD_SOURCE_DIR") or HERE.parents[1])
+BUILD_DIR = Path(os.environ.get("GEPARD_BUILD_DIR") or SOURCE_DIR / "build")
+CODEC_TOOL = BUILD_DIR / "tools" / "gepard-codec-tool"
+TENSOR_LIST = SOURCE_DIR / "tests" / "data" / "nanocodec-tensors.txt"
+
+sys.path.insert(0, str(SOURCE_DIR / "tools" / "voice"))
+import codec  # noqa: E402
+import corpus  # noqa: E402
+import speech  # noqa: E402
+
+TINY = {"decoder_channels": 64, "encoder_channels": 2}
+DECODE_MAX_ABS = 2.0 ** -15
+FSQ_MARGIN = 1e-4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the machines running this are small and shared
+    yield
+    torch.set_num_threads(threads)
+
+
+# ---- corpus ----------------------------------------------------------------------------------------
+
+
+def test_corpus_is_deterministic_and_heldout_is_disjoint():
+    first = corpus.build_corpus(seed=5, size=3000, heldout_count=48)
+    second = corpus.build_corpus(seed=5, size=3000, heldout_count=48)
+    assert first == second
+    other = corpus.build_corpus(seed=6, size=3000, heldout_count=48)
+    assert other != first
+
+    train, heldout = first
+    assert len(train) == 3000
+    assert len({r["id"] for r in train}) == len(train)
+    assert len({r["text"] for r in train}) == len(train)
+    assert len(heldout) >= 40
+    train_texts = {r["text"] for r in train}
+    assert not train_texts & {r["text"] for r in heldout}
+    # every held-out sentence names its own person and no train sentence uses held-out words
+    names = [next(w for w in r["text"].replace(",", " ").split() if w in corpus.HELDOUT_NAMES) for r in heldout]
+    assert len(set(names)) == len(heldout)
+    assert not any(corpus.mentions_heldout(t) for t in train_texts)
+    for r in train:
+        words = r["text"].split()
+        assert corpus.MIN_WORDS <= len(words) <= 40 and r["text"].isascii()
+
+
+def test_fortune_sentences_are_cleaned():
+    if not Path(corpus.DEFAULT_FORTUNES_DIR).is_dir():
+        pytest.skip("fortunes are not installed")
+    train, _ = corpus.build_corpus(seed=1, size=2000)
+    fortunes = [r["text"] for r in train if r["id"].startswith("f")]
+    assert len(fortunes) > 500
+    for text in fortunes:
+        assert corpus.clean_sentence(text) == text
+        assert not corpus.is_blocked(text)
+
+
+# ---- speech ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed")
+    root = tmp_path_factory.mktemp("voice")
+    train, heldout = corpus.build_corpus(seed=2, size=200, heldout_count=40)
+    corpus_dir = root / "corpus"
+    corpus_dir.mkdir()
+    corpus.write_jsonl(corpus_dir / "train.jsonl", train)
+    corpus.write_jsonl(corpus_dir / "heldout.jsonl", heldout)
+    rows = speech.synthesize_corpus(corpus_dir, root / "data", limit=20, jobs=2)
+    assert len(rows) >= 20
+    return root / "data"
+
+
+def test_speech_index_and_wavs(data_dir):
+    rows = codec.read_index(data_dir)
+    speakers = {r["speaker"] for r in rows if r["split"] == "train"}
+    assert len(speakers) == len(speech.TRAIN_SPEAKERS)
+    per_speaker = [sum(1 for r in rows if r["speaker"] == s[0]) for s in speech.TRAIN_SPEAKERS]
+    assert per_speaker[0] == round(speech.DEFAULT_SPEAKER_SHARE * 20) == max(per_speaker)
+    held = [r for r in rows if r["split"] == "heldout_speaker"]
+    assert held and {r["speaker"] for r in held} == {speech.HELDOUT_SPEAKER[0]}
+    assert not speakers & {speech.HELDOUT_SPEAKER[0]}
+    for r in rows:
+        samples = codec.read_wav_int16(data_dir / "speech" / r["path"])
+        assert samples.size == r["samples"] > speech.SAMPLE_RATE // 4
+        assert np.abs(samples.astype(np.int32)).max() > 1000
+
+
+# ---- codec -----------------------------------------------------------------------------------------
+
+
+def test_state_dict_matches_published_layout():
+    expected = []
+    for line in TENSOR_LIST.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, shape, dtype = line.split()
+            expected.append((name, tuple(int(s) for s in shape.split(",")), dtype))
+    model = codec.NanoCodec(decoder_channels=864, encoder_channels=24)
+    got = [(k, tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in model.state_dict().items()]
+    assert got == expected
+
+
+def fixed_segments(data_dir, frames=8, count=4):
+    rows = codec.read_index(data_dir, "train")[:count]
+    out = []
+    for r in rows:
+        x = codec.read_wav_int16(data_dir / "speech" / r["path"]).astype(np.float32) / 32768.0
+        out.append(x[: frames * codec.SAMPLES_PER_FRAME])
+    return torch.from_numpy(np.stack(out))
+
+
+def segment_loss(ckpt, segments):
+    model = codec.load_codec(ckpt)
+    with torch.no_grad():
+        y, _ = model(segments)
+        losses = codec.SpectralLoss()(y, segments)
+    return float(losses["sc"] + losses["logmag"] + losses["mel"])
+
+
+@pytest.fixture(scope="module")
+def trained(data_dir, tmp_path_factory):
+    """(initial checkpoint, trained checkpoint) of a tiny codec."""
+    work = tmp_path_factory.mktemp("codec")
+    common = ["--batch", "4", "--min-frames", "6", "--max-frames", "8", "--lr", "3e-3", "--warmup", "2",
+              "--decoder-channels", str(TINY["decoder_channels"]),
+              "--encoder-channels", str(TINY["encoder_channels"]), "--device", "cpu", "--log-every", "10"]
+    ckpt = work / "codec.pt"
+    codec.main(["train", str(data_dir), "--ckpt", str(ckpt), "--steps", "0"] + common)
+    initial = work / "initial.pt"
+    shutil.copy(ckpt, initial)
+    codec.main(["train", str(data_dir), "--ckpt", str(ckpt), "--resume", "--steps", "10"] + common)
+    codec.main(["train", str(data_dir), "--ckpt", str(ckpt), "--resume", "--steps", "20"] + common)
+    return initial, ckpt
+
+
+def test_training_reduces_loss_and_resumes(data_dir, trained):
+    initial, ckpt = trained
+    segments = fixed_segments(data_dir)
+    before, after = segment_loss(initial, segments), segment_loss(ckpt, segments)
+    print(f"\nloss on fixed segments: {before:.3f} before, {after:.3f} after 20 steps")
+    assert after < 0.9 * before
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    assert state["step"] == 20 and state["widths"] == TINY
+    assert all(m is not None and m.dtype == torch.bfloat16 for m in state["exp_avg"])
+
+
+def run_tool(*args):
+    if not os.access(CODEC_TOOL, os.X_OK):
+        pytest.skip(f"{CODEC_TOOL} is not built")
+    r = subprocess.run([str(CODEC_TOOL)] + [str(a) for a in args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"gepard-codec-tool {' '.join(map(str, args))}: {r.stderr}"
+
+
+def test_export_decodes_in_c_like_torch(data_dir, trained, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    _, ckpt = trained
+    nemo = tmp_path / "codec.nemo"
+    codec.main(["export", str(ckpt), str(nemo)])
+    model = codec.load_codec(nemo)
+    reference = codec.load_codec(ckpt)
+    for a, b in zip(model.state_dict().values(), reference.state_dict().values()):
+        assert torch.equal(a, b)
+
+    row = codec.read_index(data_dir, "heldout_speaker")[0]
+    x = codec.read_wav_int16(data_dir / "speech" / row["path"]).astype(np.float32) / 32768.0
+    x = codec.pad_to_frames(torch.from_numpy(x))[None]
+    codes = model.encode(x)[0].T.numpy().astype(np.int32)  # [T, 32]
+    expected = model.decode(torch.from_numpy(codes).T[None].long())[0].numpy()
+
+    save_file({"codes": np.ascontiguousarray(codes)}, str(tmp_path / "codes.safetensors"))
+    for chunk in (None, 3):
+        out = tmp_path / f"decoded-{chunk}.safetensors"
+        run_tool("decode", nemo, tmp_path / "codes.safetensors", out, *(["--chunk", chunk] if chunk else []))
+        samples = load_file(str(out))["samples"]
+        assert samples.shape == expected.shape
+        err = float(np.abs(samples - expected).max())
+        print(f"\nC decode (chunk {chunk}) vs torch: max |Δ| {err:.3g} (limit {DECODE_MAX_ABS:.3g})")
+        assert err <= DECODE_MAX_ABS
+
+    save_file({"samples": np.ascontiguousarray(x[0].numpy())}, str(tmp_path / "audio.safetensors"))
+    run_tool("encode", nemo, tmp_path / "audio.safetensors", tmp_path / "encoded.safetensors")
+    c_codes = load_file(str(tmp_path / "encoded.safetensors"))["codes"]
+    assert c_codes.shape == codes.shape
+    with torch.no_grad():
+        y = model.vector_quantizer.compress(model.audio_encoder(x[:, None]))[0].T.numpy()
+    margin = np.abs(0.5 - np.abs(y - np.round(y)))
+    differ = c_codes != codes
+    print(f"C encode vs torch: {int(differ.sum())} of {codes.size} codes differ")
+    assert np.all(margin[differ] < FSQ_MARGIN)
+
+
+def test_encode_writes_documented_codes(data_dir, trained, tmp_path):
+    _, ckpt = trained
+    out = tmp_path / "codes.pt"
+    codec.main(["encode", str(ckpt), str(data_dir), "--out", str(out), "--device", "cpu"])
+    payload = torch.load(out, map_location="cpu", weights_only=True)
+    assert payload["format"] == "gepard-codes-1"
+    assert payload["sample_rate"] == 22050 and payload["samples_per_frame"] == 1024
+    assert payload["levels"] == [8, 7, 6, 6] * 8
+    assert payload["levels_per_group"] == [8, 7, 6, 6] and payload["num_groups"] == 8
+    rows = codec.read_index(data_dir)
+    assert [u["id"] for u in payload["utterances"]] == [r["id"] for r in rows]
+    levels = torch.tensor(payload["levels"])
+    model = codec.load_codec(ckpt)
+    for u, r in zip(payload["utterances"], rows):
+        assert u["text"] == r["text"] and u["speaker"] == r["speaker"] and u["split"] == r["split"]
+        c = u["codes"]
+        assert c.dtype == torch.uint8 and c.shape == (-(-r["samples"] // 1024), 32)
+        assert bool((c.long() < levels).all())
+    # utterances of one length are encoded as a batch; alone they give the same codes, up to
+    # values on an FSQ rounding boundary
+    for u, r in list(zip(payload["utterances"], rows))[:3]:
+        x = codec.read_wav_int16(data_dir / "speech" / r["path"]).astype(np.float32) / 32768.0
+        x = codec.pad_to_frames(torch.from_numpy(x))[None]
+        with torch.no_grad():
+            y = model.vector_quantizer.compress(model.audio_encoder(x[:, None]))[0].T.numpy()
+        differ = (model.encode(x)[0].T.to(torch.uint8) != u["codes"]).numpy()
+        assert np.all(np.abs(0.5 - np.abs(y - np.round(y)))[differ] < FSQ_MARGIN)
+
+
+def test_eval_reports_distances(data_dir, trained, tmp_path, capsys):
+    _, ckpt = trained
+    codec.main(["eval", str(ckpt), str(data_dir), "--limit", "2", "--out", str(tmp_path / "eval"),
+                "--wavs", "1", "--device", "cpu"])
+    assert "snr_db" in capsys.readouterr().out
+    assert len(list((tmp_path / "eval").glob("*.wav"))) == 2

@@ -1,0 +1,848 @@
+"""A small NanoCodec for the default voice: architecture, training, export, encoding, evaluation.
+
+The model is NVIDIA NanoCodec's graph (specs/nanocodec.md) at reduced width: the non-causal
+``HiFiGANEncoder`` (LeakyReLU 0.01, replicate padding, down rates 2·2·4·8·8), GroupFSQ with 8 groups
+of 4 dims and levels (8, 7, 6, 6), and the causal ``CausalHiFiGANDecoder`` (HalfSnake, grouped
+causal transposed convs with up rates 8·8·4·2·2, clamp output), 22050 Hz, 1024 samples per frame.
+Every conv is weight-normed with torch's parametrization, so the state dict has the published
+tensor names (``….conv.parametrizations.weight.original0/1``) in the published order; only the
+channel counts differ (defaults: decoder base 160 instead of 864, encoder base 4 instead of 24).
+The exported ``.nemo`` therefore loads in gepard-core (and in codec_reference.py) like the
+published checkpoint.
+
+Training: random 1–2 s segments (a whole number of frames) of the espeak-ng speech from
+tools/voice/speech.py, straight-through FSQ, multi-resolution STFT loss (spectral convergence +
+log magnitude) plus multi-resolution log-mel L1, AdamW, bf16 autocast on CUDA. All training audio
+is held in (GPU) memory as int16. Training is resumable: the checkpoint holds the fp32 weights,
+AdamW's moments in bf16 (8 bytes per parameter in all; about 16 MB at the default width), the step
+and the widths; it is written every --save-minutes and when --time-limit or --steps is reached.
+
+Subcommands (DATA is the folder speech.py wrote DATA/speech/ into):
+
+    python3 tools/voice/codec.py train DATA --ckpt CKPT [--resume] [--time-limit MIN] [--steps N]
+        [--batch 32] [--lr 5e-4] [--decoder-channels 160] [--encoder-channels 4] [--device cuda]
+    python3 tools/voice/codec.py export CKPT OUT.nemo
+    python3 tools/voice/codec.py encode CODEC DATA [--out DATA/codes.pt] [--limit N]
+    python3 tools/voice/codec.py eval CODEC DATA [--out DIR] [--split heldout_speaker] [--limit N]
+
+CKPT is a training checkpoint; CODEC is a training checkpoint or an exported .nemo.
+``--resume`` continues from CKPT when it exists (a fresh run otherwise), so every step of a long
+training is the same command.
+
+``encode`` writes DATA/codes.pt (torch.save), the input of the GEPARD LM trainer:
+
+    {"format": "gepard-codes-1",
+     "sample_rate": 22050, "samples_per_frame": 1024,
+     "levels": [8, 7, 6, 6, 8, 7, 6, 6, …],    # 32 ints: FSQ level count of each channel
+     "levels_per_group": [8, 7, 6, 6], "num_groups": 8,
+     "utterances": [{"id": str, "speaker": str, "text": str, "split": "train" | "heldout_speaker",
+                     "codes": torch.uint8 tensor [T, 32]}, …]}
+
+Channel c of a frame belongs to FSQ group c // 4, dimension c % 4; its code k is in 0 … L−1 and
+dequantizes to (k − L//2) / (L//2) (nanocodec.md §4), exactly what the C codec and
+``gepard-codec-tool decode`` take. T = ceil(samples / 1024): the audio is zero-padded at the end.
+
+``eval`` encodes and decodes whole utterances and prints the multi-resolution STFT distance, the
+log-mel L1 distance and the SNR, and writes a few original/decoded wav pairs to --out.
+
+The whole recipe on a GPU host without network or espeak-ng. Here, once:
+``tools/voice/espeak-prefix.sh pack``. There, at each step (a fresh machine regenerates the
+data in about a minute; corpus and speech are deterministic), with device-prefix/espeak/debs and
+the folder holding CKPT carried along:
+
+    eval "$(tools/voice/espeak-prefix.sh env)"
+    python3 tools/voice/corpus.py /tmp/voice/corpus --fortunes-dir "$FORTUNES_DIR"
+    python3 tools/voice/speech.py /tmp/voice/corpus /tmp/voice/data
+    python3 tools/voice/codec.py train /tmp/voice/data --ckpt CKPT --resume --time-limit 20
+    python3 tools/voice/codec.py eval CKPT /tmp/voice/data --out /tmp/voice/eval
+
+and at the end ``export CKPT models/…nemo`` and ``encode`` for the LM trainer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import sys
+import tarfile
+import time
+import wave
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.utils.parametrizations import weight_norm
+
+SAMPLE_RATE = 22050
+SAMPLES_PER_FRAME = 1024
+LATENT_DIM = 32
+NUM_GROUPS = 8
+LEVELS = (8, 7, 6, 6)
+UP_RATES = (8, 8, 4, 2, 2)
+DOWN_RATES = (2, 2, 4, 8, 8)
+RES_KERNELS = (3, 7, 11)
+RES_DILATIONS = (1, 3, 5)
+LRELU_SLOPE = 0.01
+FSQ_EPS = 1e-3
+DEFAULT_DECODER_CHANNELS = 160
+DEFAULT_ENCODER_CHANNELS = 4
+
+MODULE_PATH = "nemo.collections.tts.modules.audio_codec_modules"
+CHECKPOINT_VERSION = 1
+
+
+# ---- modules (nanocodec.md §2, §3) ----------------------------------------------------------------
+
+
+class Snake(nn.Module):
+    """x + 1/(α + 1e-9) · sin²(αx), one α per channel (§2.3)."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
+
+    def forward(self, x):
+        return x + torch.reciprocal(self.alpha + 1e-9) * torch.sin(self.alpha * x).pow(2)
+
+
+class HalfSnake(nn.Module):
+    """Snake on the first C // 2 channels, LeakyReLU(0.01) on the rest (§2.3)."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.snake_channels = channels // 2
+        self.snake_act = Snake(self.snake_channels)
+
+    def forward(self, x):
+        n = self.snake_channels
+        return torch.cat([self.snake_act(x[:, :n]), F.leaky_relu(x[:, n:], LRELU_SLOPE)], dim=1)
+
+
+class Activation(nn.Module):
+    """NeMo's CodecActivation: the tensor path is ``….activation.snake_act.alpha``."""
+
+    def __init__(self, kind, channels):
+        super().__init__()
+        self.activation = HalfSnake(channels) if kind == "half_snake" else nn.LeakyReLU(LRELU_SLOPE)
+
+    def forward(self, x):
+        return self.activation(x)
+
+
+class CausalConv(nn.Module):
+    """Stride-1 conv with (k−1)·d zeros on the left only (§2.3)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, dilation=1):
+        super().__init__()
+        self.padding = (kernel_size - 1) * dilation
+        self.conv = weight_norm(nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation))
+
+    def forward(self, x):
+        return self.conv(F.pad(x, (self.padding, 0)))
+
+
+class CausalConvTranspose(nn.Module):
+    """Grouped transposed conv (groups = C_out, kernel 2s, stride s); keeps samples [0, T·s) (§2.3)."""
+
+    def __init__(self, in_channels, out_channels, stride):
+        super().__init__()
+        self.stride = stride
+        self.conv = weight_norm(nn.ConvTranspose1d(in_channels, out_channels, 2 * stride, stride=stride,
+                                                   groups=out_channels))
+
+    def forward(self, x):
+        return self.conv(x)[..., : x.shape[-1] * self.stride]
+
+
+class ReplicateConv(nn.Module):
+    """Non-causal conv with replicate padding on both sides (§3.4)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, dilation=1, padding=None):
+        super().__init__()
+        if padding is None:
+            padding = (kernel_size - 1) * dilation // 2
+        self.conv = weight_norm(nn.Conv1d(in_channels, out_channels, kernel_size, stride=stride,
+                                          dilation=dilation, padding=padding, padding_mode="replicate"))
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+class ResidualBlock(nn.Module):
+    """x + skip_conv(act(input_conv(act(x)))), the input conv dilated (§2.2)."""
+
+    def __init__(self, channels, kernel_size, dilation, causal):
+        super().__init__()
+        kind = "half_snake" if causal else "lrelu"
+        conv = CausalConv if causal else ReplicateConv
+        self.input_activation = Activation(kind, channels)
+        self.skip_activation = Activation(kind, channels)
+        self.input_conv = conv(channels, channels, kernel_size, dilation=dilation)
+        self.skip_conv = conv(channels, channels, kernel_size)
+
+    def forward(self, x):
+        h = self.input_conv(self.input_activation(x))
+        return x + self.skip_conv(self.skip_activation(h))
+
+
+class ResBlockChain(nn.Module):
+    """NeMo's HiFiGANResBlock: one kernel size, dilations 1, 3, 5 in sequence."""
+
+    def __init__(self, channels, kernel_size, causal):
+        super().__init__()
+        self.res_blocks = nn.ModuleList(ResidualBlock(channels, kernel_size, d, causal) for d in RES_DILATIONS)
+
+    def forward(self, x):
+        for block in self.res_blocks:
+            x = block(x)
+        return x
+
+
+class ResLayer(nn.Module):
+    """NeMo's HiFiGANResLayer: mean of three parallel chains with kernels 3, 7, 11."""
+
+    def __init__(self, channels, causal):
+        super().__init__()
+        self.res_blocks = nn.ModuleList(ResBlockChain(channels, k, causal) for k in RES_KERNELS)
+
+    def forward(self, x):
+        total = self.res_blocks[0](x)
+        for chain in self.res_blocks[1:]:
+            total = total + chain(x)
+        return total / len(self.res_blocks)
+
+
+class Encoder(nn.Module):
+    """HiFiGANEncoder: waveform [B, 1, N] (N a multiple of 1024) → latent [B, 32, N/1024] (§3.3)."""
+
+    def __init__(self, base_channels):
+        super().__init__()
+        channels = [base_channels * 2 ** i for i in range(len(DOWN_RATES) + 1)]
+        self.pre_conv = ReplicateConv(1, base_channels, 7)
+        self.down_sample_conv_layers = nn.ModuleList(
+            ReplicateConv(channels[i], channels[i + 1], 2 * r, stride=r, padding=(r + 1) // 2)
+            for i, r in enumerate(DOWN_RATES))
+        self.res_layers = nn.ModuleList(ResLayer(channels[i], causal=False) for i in range(len(DOWN_RATES)))
+        self.post_conv = ReplicateConv(channels[-1], LATENT_DIM, 7)
+
+    def forward(self, audio):
+        x = self.pre_conv(audio)
+        for res, down in zip(self.res_layers, self.down_sample_conv_layers):
+            x = down(F.leaky_relu(res(x), LRELU_SLOPE))
+        return self.post_conv(F.leaky_relu(x, LRELU_SLOPE))
+
+
+class Decoder(nn.Module):
+    """CausalHiFiGANDecoder: latent [B, 32, T] → waveform [B, T·1024] in [−1, 1] (§2.2)."""
+
+    def __init__(self, base_channels):
+        super().__init__()
+        channels = [base_channels // 2 ** i for i in range(len(UP_RATES) + 1)]
+        self.pre_conv = CausalConv(LATENT_DIM, base_channels, 7)
+        self.activations = nn.ModuleList(Activation("half_snake", channels[i]) for i in range(len(UP_RATES)))
+        self.up_sample_conv_layers = nn.ModuleList(
+            CausalConvTranspose(channels[i], channels[i + 1], r) for i, r in enumerate(UP_RATES))
+        self.res_layers = nn.ModuleList(ResLayer(channels[i + 1], causal=True) for i in range(len(UP_RATES)))
+        self.post_activation = Activation("half_snake", channels[-1])
+        self.post_conv = CausalConv(channels[-1], 1, 3)
+
+    def forward(self, latent):
+        x = self.pre_conv(latent)
+        for act, up, res in zip(self.activations, self.up_sample_conv_layers, self.res_layers):
+            x = res(up(act(x)))
+        x = self.post_conv(self.post_activation(x))
+        return torch.clamp(x, -1.0, 1.0)[:, 0]
+
+
+class FSQ(nn.Module):
+    """One FSQ group's buffers, named as NeMo's FiniteScalarQuantizer stores them (§4)."""
+
+    def __init__(self, levels):
+        super().__init__()
+        bases = np.cumprod((1,) + tuple(levels[:-1]))
+        self.register_buffer("dim_base_index", torch.tensor(bases, dtype=torch.int32).reshape(1, -1, 1))
+        self.register_buffer("num_levels", torch.tensor(levels, dtype=torch.int32).reshape(1, -1, 1))
+
+
+class GroupFSQ(nn.Module):
+    """GroupFSQ over [B, 32, T]: channel c has L = LEVELS[c % 4]; straight-through rounding (§4)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fsqs = nn.ModuleList(FSQ(LEVELS) for _ in range(NUM_GROUPS))
+        levels = torch.tensor(LEVELS * NUM_GROUPS, dtype=torch.float32)
+        scale = (levels - 1) / 2 * (1 - FSQ_EPS)
+        offset = torch.where(levels % 2 == 0, 0.5, 0.0)
+        self.register_buffer("channel_levels", levels.reshape(1, -1, 1), persistent=False)
+        self.register_buffer("scale", scale.reshape(1, -1, 1), persistent=False)
+        self.register_buffer("offset", offset.reshape(1, -1, 1), persistent=False)
+        self.register_buffer("shift", torch.tan(offset / scale).reshape(1, -1, 1), persistent=False)
+        self.register_buffer("half_levels", torch.floor(levels / 2).reshape(1, -1, 1), persistent=False)
+
+    def compress(self, latent):
+        return self.scale * torch.tanh(latent.float() + self.shift) - self.offset
+
+    def forward(self, latent):
+        """Quantized latent in [−1, 1] with the straight-through gradient, fp32."""
+        y = self.compress(latent)
+        q = y + (torch.round(y) - y).detach()
+        return q / self.half_levels
+
+    def codes(self, latent):
+        """Per-channel level indices k = round(y) + L//2 ∈ [0, L), int64 [B, 32, T]."""
+        return (torch.round(self.compress(latent)) + self.half_levels).long()
+
+    def dequantize(self, codes):
+        return (codes.float() - self.half_levels) / self.half_levels
+
+
+class NanoCodec(nn.Module):
+    """Encoder, quantizer and decoder under the published module names."""
+
+    def __init__(self, decoder_channels=DEFAULT_DECODER_CHANNELS, encoder_channels=DEFAULT_ENCODER_CHANNELS):
+        super().__init__()
+        if decoder_channels % 32 or decoder_channels // 32 < 2:
+            raise ValueError("decoder channels must be a multiple of 32 (halved five times, ≥ 2 at the end)")
+        self.decoder_channels = decoder_channels
+        self.encoder_channels = encoder_channels
+        self.audio_encoder = Encoder(encoder_channels)
+        self.vector_quantizer = GroupFSQ()
+        self.audio_decoder = Decoder(decoder_channels)
+
+    def forward(self, audio):
+        """audio [B, N] → (reconstruction [B, N], latent [B, 32, N/1024])."""
+        latent = self.audio_encoder(audio.unsqueeze(1))
+        quantized = self.vector_quantizer(latent)
+        return self.audio_decoder(quantized.to(latent.dtype)), latent
+
+    @torch.no_grad()
+    def encode(self, audio):
+        """audio [B, N] (N a multiple of 1024) → codes int64 [B, 32, T], evaluated in fp32."""
+        return self.vector_quantizer.codes(self.audio_encoder(audio.float().unsqueeze(1)))
+
+    @torch.no_grad()
+    def decode(self, codes):
+        """codes [B, 32, T] → waveform [B, T·1024]."""
+        return self.audio_decoder(self.vector_quantizer.dequantize(codes))
+
+    def widths(self):
+        return {"decoder_channels": self.decoder_channels, "encoder_channels": self.encoder_channels}
+
+    def model_config_yaml(self):
+        """model_config.yaml with every constructor argument, as gepard-core writes and reads it (§5)."""
+
+        def ints(values):
+            return "[" + ", ".join(str(v) for v in values) + "]"
+
+        return "\n".join([
+            "target: nemo.collections.tts.models.audio_codec.AudioCodecModel",
+            f"sample_rate: {SAMPLE_RATE}",
+            f"samples_per_frame: {SAMPLES_PER_FRAME}",
+            "audio_encoder:",
+            f"  _target_: {MODULE_PATH}.HiFiGANEncoder",
+            f"  encoded_dim: {LATENT_DIM}",
+            f"  down_sample_rates: {ints(DOWN_RATES)}",
+            f"  base_channels: {self.encoder_channels}",
+            "  in_kernel_size: 7",
+            "  out_kernel_size: 7",
+            f"  resblock_kernel_sizes: {ints(RES_KERNELS)}",
+            f"  resblock_dilation_sizes: {ints(RES_DILATIONS)}",
+            "  activation: lrelu",
+            "  pad_mode: replicate",
+            "vector_quantizer:",
+            f"  _target_: {MODULE_PATH}.GroupFiniteScalarQuantizer",
+            f"  num_groups: {NUM_GROUPS}",
+            f"  num_levels_per_group: {ints(LEVELS)}",
+            "audio_decoder:",
+            f"  _target_: {MODULE_PATH}.CausalHiFiGANDecoder",
+            f"  input_dim: {LATENT_DIM}",
+            f"  up_sample_rates: {ints(UP_RATES)}",
+            f"  base_channels: {self.decoder_channels}",
+            "  in_kernel_size: 7",
+            "  out_kernel_size: 3",
+            f"  resblock_kernel_sizes: {ints(RES_KERNELS)}",
+            f"  resblock_dilation_sizes: {ints(RES_DILATIONS)}",
+            "  activation: half_snake",
+            "  output_activation: clamp",
+            "  pad_mode: zeros",
+            "  n_groups_equal_to_out_channels: true",
+            "",
+        ])
+
+
+def parameter_count(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+# ---- .nemo files (§5) --------------------------------------------------------------------------------
+
+
+def export_nemo(model, path):
+    """Uncompressed tar: ./, ./model_config.yaml, ./model_weights.ckpt (torch.save of the state dict)."""
+    state = {k: v.detach().to("cpu", torch.float32 if v.is_floating_point() else v.dtype).contiguous()
+             for k, v in model.state_dict().items()}
+    weights = io.BytesIO()
+    torch.save(state, weights)
+    config = model.model_config_yaml().encode("utf-8")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    now = int(time.time())
+    with tarfile.open(tmp, "w:", format=tarfile.USTAR_FORMAT) as tar:
+        root = tarfile.TarInfo("./")
+        root.type, root.mode, root.mtime = tarfile.DIRTYPE, 0o755, now
+        tar.addfile(root)
+        for name, data in (("./model_config.yaml", config), ("./model_weights.ckpt", weights.getvalue())):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, now
+            tar.addfile(info, io.BytesIO(data))
+    os.replace(tmp, path)
+
+
+def read_nemo(path):
+    """(widths, state dict) of a .nemo written by export_nemo (or any file of the same layout)."""
+    import yaml
+
+    with tarfile.open(path, "r:*") as tar:
+        members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
+        config = yaml.safe_load(tar.extractfile(members["model_config.yaml"]).read().decode("utf-8"))
+        state = torch.load(io.BytesIO(tar.extractfile(members["model_weights.ckpt"]).read()),
+                           map_location="cpu", weights_only=True)
+    widths = {"decoder_channels": int(config["audio_decoder"]["base_channels"]),
+              "encoder_channels": int(config["audio_encoder"]["base_channels"])}
+    return widths, state
+
+
+def load_codec(path, device="cpu"):
+    """NanoCodec from a training checkpoint or a .nemo, in eval mode."""
+    if tarfile.is_tarfile(str(path)):
+        widths, state = read_nemo(path)
+    else:
+        ckpt = torch.load(str(path), map_location="cpu", weights_only=True)
+        widths, state = ckpt["widths"], ckpt["model"]
+    model = NanoCodec(**widths)
+    model.load_state_dict(state)
+    return model.to(device).eval()
+
+
+# ---- training checkpoints ---------------------------------------------------------------------------
+
+
+def save_checkpoint(path, model, optimizer, step):
+    """fp32 weights, AdamW moments in bf16, step and widths; written atomically."""
+    exp_avg, exp_avg_sq = [], []
+    for p in model.parameters():
+        state = optimizer.state.get(p, {})
+        exp_avg.append(state["exp_avg"].to("cpu", torch.bfloat16) if state else None)
+        exp_avg_sq.append(state["exp_avg_sq"].to("cpu", torch.bfloat16) if state else None)
+    ckpt = {
+        "version": CHECKPOINT_VERSION,
+        "widths": model.widths(),
+        "step": step,
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "exp_avg": exp_avg,
+        "exp_avg_sq": exp_avg_sq,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(ckpt, tmp)
+    os.replace(tmp, path)
+
+
+def restore_checkpoint(path, model, optimizer):
+    """Loads weights and moments into model/optimizer; returns the step."""
+    ckpt = torch.load(str(path), map_location="cpu", weights_only=True)
+    if ckpt.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"{path}: checkpoint version {ckpt.get('version')}, expected {CHECKPOINT_VERSION}")
+    model.load_state_dict(ckpt["model"])
+    step = int(ckpt["step"])
+    for p, m, v in zip(model.parameters(), ckpt["exp_avg"], ckpt["exp_avg_sq"]):
+        if m is not None:
+            optimizer.state[p] = {"step": torch.tensor(float(step)),
+                                  "exp_avg": m.to(p.device, torch.float32),
+                                  "exp_avg_sq": v.to(p.device, torch.float32)}
+    return step
+
+
+# ---- losses -----------------------------------------------------------------------------------------
+
+
+def mel_filterbank(n_fft, n_mels, sample_rate=SAMPLE_RATE, f_min=0.0, f_max=None):
+    """[n_mels, n_fft//2 + 1] triangular filters on the HTK mel scale."""
+    f_max = f_max or sample_rate / 2
+
+    def hz_to_mel(f):
+        return 2595.0 * np.log10(1.0 + f / 700.0)
+
+    def mel_to_hz(m):
+        return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
+
+    freqs = np.linspace(0, sample_rate / 2, n_fft // 2 + 1)
+    edges = mel_to_hz(np.linspace(hz_to_mel(f_min), hz_to_mel(f_max), n_mels + 2))
+    lower = (freqs[None, :] - edges[:-2, None]) / (edges[1:-1, None] - edges[:-2, None])
+    upper = (edges[2:, None] - freqs[None, :]) / (edges[2:, None] - edges[1:-1, None])
+    return torch.tensor(np.maximum(0.0, np.minimum(lower, upper)), dtype=torch.float32)
+
+
+class SpectralLoss(nn.Module):
+    """Multi-resolution STFT loss (spectral convergence + log magnitude L1) and log-mel L1."""
+
+    RESOLUTIONS = ((512, 128, 40), (1024, 256, 80), (2048, 512, 128))  # n_fft, hop, mels
+
+    def __init__(self):
+        super().__init__()
+        for n_fft, _, n_mels in self.RESOLUTIONS:
+            self.register_buffer(f"window_{n_fft}", torch.hann_window(n_fft), persistent=False)
+            self.register_buffer(f"mel_{n_fft}", mel_filterbank(n_fft, n_mels), persistent=False)
+
+    def magnitude(self, x, n_fft, hop):
+        spec = torch.stft(x, n_fft, hop, window=getattr(self, f"window_{n_fft}"), return_complex=True)
+        return spec.abs().clamp_min(1e-7)
+
+    def forward(self, pred, target):
+        """pred, target [B, N] fp32 → dict of scalar losses (averaged over resolutions)."""
+        sc = logmag = mel = 0.0
+        for n_fft, hop, _ in self.RESOLUTIONS:
+            p, t = self.magnitude(pred, n_fft, hop), self.magnitude(target, n_fft, hop)
+            sc = sc + torch.linalg.norm(t - p) / torch.linalg.norm(t).clamp_min(1e-7)
+            logmag = logmag + F.l1_loss(torch.log(p), torch.log(t))
+            fb = getattr(self, f"mel_{n_fft}")
+            mel = mel + F.l1_loss(torch.log(fb @ p + 1e-5), torch.log(fb @ t + 1e-5))
+        n = len(self.RESOLUTIONS)
+        return {"sc": sc / n, "logmag": logmag / n, "mel": mel / n}
+
+
+def snr_db(reference, estimate):
+    noise = (reference - estimate).pow(2).sum()
+    return float(10 * torch.log10(reference.pow(2).sum() / noise.clamp_min(1e-12)))
+
+
+# ---- data ---------------------------------------------------------------------------------------
+
+
+def read_index(data_dir, split=None):
+    rows = []
+    with open(Path(data_dir) / "speech" / "index.jsonl", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                if split is None or row.get("split", "train") == split:
+                    rows.append(row)
+    return rows
+
+
+def read_wav_int16(path):
+    with wave.open(str(path), "rb") as w:
+        if w.getframerate() != SAMPLE_RATE or w.getsampwidth() != 2 or w.getnchannels() != 1:
+            raise ValueError(f"{path}: expected 16-bit mono {SAMPLE_RATE} Hz")
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+
+
+def write_wav(path, samples):
+    pcm = np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SAMPLE_RATE)
+        w.writeframes((pcm * 32767.0).round().astype("<i2").tobytes())
+
+
+def load_audio(data_dir, rows, workers=16):
+    """All utterances of ``rows`` as one int16 array plus (offset, length) per utterance."""
+    base = Path(data_dir) / "speech"
+    with ThreadPoolExecutor(workers) as pool:
+        clips = list(pool.map(lambda r: read_wav_int16(base / r["path"]), rows))
+    lengths = np.array([c.size for c in clips], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.concatenate(clips), offsets, lengths
+
+
+class SegmentSampler:
+    """Random segments of whole frames from audio held on one device, zero past an utterance's end."""
+
+    def __init__(self, audio, offsets, lengths, device, seed):
+        self.audio = torch.from_numpy(audio).to(device)
+        self.offsets = torch.from_numpy(offsets).to(device)
+        self.lengths = torch.from_numpy(lengths).to(device)
+        self.device = device
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+
+    def sample(self, batch, min_frames, max_frames):
+        frames = int(torch.randint(min_frames, max_frames + 1, (1,), generator=self.generator))
+        length = frames * SAMPLES_PER_FRAME
+        pick = torch.randint(0, self.lengths.numel(), (batch,), generator=self.generator).to(self.device)
+        room = (self.lengths[pick] - length).clamp_min(0)
+        start = (torch.rand(batch, generator=self.generator).to(self.device) * (room + 1)).long()
+        pos = start[:, None] + torch.arange(length, device=self.device)[None, :]
+        valid = pos < self.lengths[pick][:, None]
+        index = (self.offsets[pick][:, None] + pos).clamp_max(self.audio.numel() - 1)
+        x = torch.where(valid, self.audio[index], torch.zeros((), dtype=self.audio.dtype, device=self.device))
+        return x.float() / 32768.0
+
+
+def validation_batch(data_dir, device, count=16, frames=43):
+    """The first ``frames`` frames of the held-out speaker's first utterances (zero-padded), or None."""
+    rows = read_index(data_dir, "heldout_speaker")[:count]
+    if not rows:
+        return None
+    audio, offsets, lengths = load_audio(data_dir, rows)
+    x = np.zeros((len(rows), frames * SAMPLES_PER_FRAME), dtype=np.float32)
+    for i, (offset, length) in enumerate(zip(offsets, lengths)):
+        n = min(int(length), x.shape[1])
+        x[i, :n] = audio[offset: offset + n] / 32768.0
+    return torch.from_numpy(x).to(device)
+
+
+# ---- subcommands --------------------------------------------------------------------------------
+
+
+def pick_device(name):
+    if name:
+        return torch.device(name)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def exact_fp32():
+    """No TF32 in convs and matmuls: codes and metrics as the C codec computes them (fp32)."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def learning_rate(step, base, warmup, total):
+    """Linear warmup, then cosine decay to 10 % of base at ``total`` steps (constant after)."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train(args):
+    device = pick_device(args.device)
+    torch.manual_seed(args.seed)
+    ckpt_path = Path(args.ckpt)
+    if args.resume and ckpt_path.exists():
+        widths = torch.load(str(ckpt_path), map_location="cpu", weights_only=True)["widths"]
+    else:
+        widths = {"decoder_channels": args.decoder_channels, "encoder_channels": args.encoder_channels}
+    model = NanoCodec(**widths).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.8, 0.99), weight_decay=0.01)
+    step = 0
+    if args.resume and ckpt_path.exists():
+        step = restore_checkpoint(ckpt_path, model, optimizer)
+        print(f"codec: resumed {ckpt_path} at step {step}")
+    print(f"codec: {parameter_count(model.audio_encoder)} encoder + {parameter_count(model.audio_decoder)} "
+          f"decoder parameters, widths {widths}, device {device}")
+
+    rows = read_index(args.data, "train")
+    if args.limit:
+        rows = rows[: args.limit]
+    t0 = time.time()
+    audio, offsets, lengths = load_audio(args.data, rows)
+    print(f"codec: {len(rows)} utterances, {audio.size / SAMPLE_RATE / 3600:.2f} h loaded in {time.time() - t0:.1f} s")
+    sampler = SegmentSampler(audio, offsets, lengths, device, args.seed + step)
+    loss_fn = SpectralLoss().to(device)
+    valid_batch = validation_batch(args.data, device)
+
+    def report_validation():
+        if valid_batch is None:
+            return
+        model.eval()
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            y, _ = model(valid_batch)
+        losses = loss_fn(y.float(), valid_batch)
+        model.train()
+        print(f"step {step} valid (held-out speaker) " + " ".join(f"{k} {float(v):.4f}" for k, v in losses.items())
+              + f" snr_db {snr_db(valid_batch, y.float()):.2f}", flush=True)
+    use_bf16 = device.type == "cuda"
+    torch.backends.cudnn.benchmark = True  # ~22 segment lengths, each tuned once
+
+    start = time.time()
+    last_save = last_log = start
+    log_sums, log_count = {}, 0
+    model.train()
+    while True:
+        elapsed = time.time() - start
+        if (args.steps is not None and step >= args.steps) or (args.time_limit and elapsed >= args.time_limit * 60):
+            break
+        lr = learning_rate(step, args.lr, args.warmup, args.total_steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x = sampler.sample(args.batch, args.min_frames, args.max_frames)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            y, _ = model(x)
+        losses = loss_fn(y.float(), x)
+        loss = losses["sc"] + losses["logmag"] + args.mel_weight * losses["mel"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        optimizer.step()
+        step += 1
+        for k, v in {**losses, "loss": loss, "grad": grad_norm}.items():
+            log_sums[k] = log_sums.get(k, 0.0) + v.detach()  # summed on the device: no sync per step
+        log_count += 1
+        if step % args.log_every == 0:
+            means = " ".join(f"{k} {float(v) / log_count:.4f}" for k, v in log_sums.items())
+            rate = log_count / max(1e-9, time.time() - last_log)
+            last_log = time.time()
+            print(f"step {step} lr {lr:.2e} {means} ({rate:.1f} steps/s)", flush=True)
+            log_sums, log_count = {}, 0
+        if time.time() - last_save >= args.save_minutes * 60:
+            save_checkpoint(ckpt_path, model, optimizer, step)
+            report_validation()
+            last_save = time.time()
+    save_checkpoint(ckpt_path, model, optimizer, step)
+    report_validation()
+    print(f"codec: saved {ckpt_path} at step {step} ({os.path.getsize(ckpt_path) / 2**20:.1f} MiB)")
+    return step
+
+
+def export(args):
+    model = load_codec(args.codec)
+    export_nemo(model, args.out)
+    print(f"codec: wrote {args.out} ({os.path.getsize(args.out) / 2**20:.2f} MiB, "
+          f"{parameter_count(model)} parameters, widths {model.widths()})")
+
+
+def pad_to_frames(samples):
+    frames = max(1, -(-samples.shape[-1] // SAMPLES_PER_FRAME))
+    return F.pad(samples, (0, frames * SAMPLES_PER_FRAME - samples.shape[-1]))
+
+
+def encode_rows(model, data_dir, rows, device, batch_frames=8192):
+    """Codes uint8 [T, 32] per row; utterances of equal frame count are encoded together."""
+    audio, offsets, lengths = load_audio(data_dir, rows)
+    frames = -(-lengths // SAMPLES_PER_FRAME)
+    codes = [None] * len(rows)
+    for t in np.unique(frames):
+        members = np.flatnonzero(frames == t)
+        per_batch = max(1, batch_frames // int(t))
+        for b in range(0, members.size, per_batch):
+            chunk = members[b: b + per_batch]
+            x = torch.zeros(chunk.size, int(t) * SAMPLES_PER_FRAME)
+            for j, i in enumerate(chunk):
+                x[j, : lengths[i]] = torch.from_numpy(audio[offsets[i]: offsets[i] + lengths[i]].astype(np.float32) / 32768.0)
+            c = model.encode(x.to(device)).transpose(1, 2).to("cpu", torch.uint8)
+            for j, i in enumerate(chunk):
+                codes[i] = c[j].contiguous()
+    return codes
+
+
+def encode(args):
+    device = pick_device(args.device)
+    exact_fp32()
+    model = load_codec(args.codec, device)
+    rows = read_index(args.data)
+    if args.limit:
+        rows = rows[: args.limit]
+    t0 = time.time()
+    codes = encode_rows(model, args.data, rows, device)
+    out = Path(args.out) if args.out else Path(args.data) / "codes.pt"
+    payload = {
+        "format": "gepard-codes-1",
+        "sample_rate": SAMPLE_RATE,
+        "samples_per_frame": SAMPLES_PER_FRAME,
+        "levels": list(LEVELS) * NUM_GROUPS,
+        "levels_per_group": list(LEVELS),
+        "num_groups": NUM_GROUPS,
+        "utterances": [{"id": r["id"], "speaker": r["speaker"], "text": r["text"],
+                        "split": r.get("split", "train"), "codes": c} for r, c in zip(rows, codes)],
+    }
+    torch.save(payload, out)
+    total = sum(c.shape[0] for c in codes)
+    print(f"codec: {len(rows)} utterances, {total} frames encoded in {time.time() - t0:.1f} s → {out}")
+
+
+@torch.no_grad()
+def evaluate(args):
+    device = pick_device(args.device)
+    exact_fp32()
+    model = load_codec(args.codec, device)
+    rows = read_index(args.data, args.split)[: args.limit]
+    if not rows:
+        raise SystemExit(f"codec: no utterances with split {args.split}")
+    loss_fn = SpectralLoss().to(device)
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    base = Path(args.data) / "speech"
+    totals = {"sc": 0.0, "logmag": 0.0, "mel": 0.0, "snr_db": 0.0}
+    for i, row in enumerate(rows):
+        x = torch.from_numpy(read_wav_int16(base / row["path"]).astype(np.float32) / 32768.0)
+        x = pad_to_frames(x)[None].to(device)
+        y = model.decode(model.encode(x))
+        losses = loss_fn(y, x)
+        for k in ("sc", "logmag", "mel"):
+            totals[k] += float(losses[k])
+        totals["snr_db"] += snr_db(x, y)
+        if out and i < args.wavs:
+            write_wav(out / f"{row['id']}-original.wav", x[0].cpu().numpy())
+            write_wav(out / f"{row['id']}-decoded.wav", y[0].cpu().numpy())
+    means = {k: v / len(rows) for k, v in totals.items()}
+    print(f"codec eval on {len(rows)} {args.split} utterances: " + " ".join(f"{k} {v:.4f}" for k, v in means.items()))
+    return means
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train (or resume) on DATA/speech")
+    p.add_argument("data")
+    p.add_argument("--ckpt", required=True, help="checkpoint file to write (and to resume from)")
+    p.add_argument("--resume", action="store_true", help="continue from --ckpt when it exists")
+    p.add_argument("--time-limit", type=float, default=0, help="minutes of training, then save and stop")
+    p.add_argument("--steps", type=int, help="stop at this total step count (0: just write the initial checkpoint)")
+    p.add_argument("--save-minutes", type=float, default=5.0)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--min-frames", type=int, default=22, help="shortest segment in frames (~1 s)")
+    p.add_argument("--max-frames", type=int, default=43, help="longest segment in frames (~2 s)")
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--warmup", type=int, default=500)
+    p.add_argument("--total-steps", type=int, default=100000,
+                   help="end of the cosine decay: the planned length of the whole training")
+    p.add_argument("--mel-weight", type=float, default=1.0)
+    p.add_argument("--clip", type=float, default=10.0, help="gradient norm clip")
+    p.add_argument("--decoder-channels", type=int, default=DEFAULT_DECODER_CHANNELS)
+    p.add_argument("--encoder-channels", type=int, default=DEFAULT_ENCODER_CHANNELS)
+    p.add_argument("--limit", type=int, help="train on the first N utterances only")
+    p.add_argument("--log-every", type=int, default=100)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device")
+    p.set_defaults(func=train)
+
+    p = sub.add_parser("export", help="write the .nemo the C codec loads")
+    p.add_argument("codec")
+    p.add_argument("out")
+    p.set_defaults(func=export)
+
+    p = sub.add_parser("encode", help="write DATA/codes.pt for the LM trainer")
+    p.add_argument("codec")
+    p.add_argument("data")
+    p.add_argument("--out")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--device")
+    p.set_defaults(func=encode)
+
+    p = sub.add_parser("eval", help="STFT / mel distance and SNR on held-out audio")
+    p.add_argument("codec")
+    p.add_argument("data")
+    p.add_argument("--split", default="heldout_speaker")
+    p.add_argument("--limit", type=int, default=64)
+    p.add_argument("--out", help="folder for original/decoded wav pairs")
+    p.add_argument("--wavs", type=int, default=4)
+    p.add_argument("--device")
+    p.set_defaults(func=evaluate)
+
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,404 @@
+"""Text corpus for the default voice: Debian fortunes sentences plus generated sentences.
+
+Two sources, both available offline:
+
+* Debian's fortune cookie files (packages ``fortunes-min`` and ``fortunes``, installed under
+  /usr/share/games/fortunes; ``tools/voice/espeak-prefix.sh`` also carries them to the GPU host).
+  Each cookie is split into sentences; a sentence is kept when it is short plain prose: 3 to 25
+  words, ASCII after quote folding, almost no symbols, not shouting. A few collections are left out
+  as a whole (pictures, code, and the sets with the most offensive or political content), and so
+  is any sentence with a word of BLOCKED_WORDS; the offensive package ``fortunes-off`` is never
+  read.
+* Sentences generated from templates with a seeded RNG: numbers, dates, times, money, names,
+  places, phone numbers, measurements.
+
+A second, disjoint set of templates, names, verbs and places makes the held-out sentences used by
+the speech-recognition test. Every held-out sentence has its own name, number and verb, so a
+recogniser's transcript tells them apart; no train sentence contains a held-out name, place or
+verb, and no held-out sentence is in train.
+
+The output is deterministic for a given seed and fortunes directory:
+
+    CORPUS_DIR/train.jsonl     {"id": "f000012", "text": "..."} per line (ids f… fortunes, g… generated)
+    CORPUS_DIR/heldout.jsonl   {"id": "h000", "text": "..."} per line
+
+Run:
+
+    python3 tools/voice/corpus.py CORPUS_DIR [--seed 1] [--size 30000] [--heldout 48]
+        [--fortunes-dir /usr/share/games/fortunes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+from pathlib import Path
+
+DEFAULT_FORTUNES_DIR = "/usr/share/games/fortunes"
+
+# whole collections left out: pictures, source code, non-English text, and the sets whose
+# cookies are most often offensive, sexual or political
+EXCLUDED_COLLECTIONS = {
+    "art", "ascii-art", "perl", "translate-me", "drugs", "ethnic", "men-women", "love",
+    "politics", "linuxcookie",
+}
+
+MIN_WORDS = 3
+MAX_WORDS = 25
+MAX_SYMBOLS = 1  # characters outside letters, digits, space and . , ; : ' " ! ? - ( )
+
+QUOTE_FOLDING = str.maketrans({
+    "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-",
+    "\u00a0": " ", "`": "'",
+})
+PLAIN_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:'\"!?-()")
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"')]*\s+(?=[\"'(]?[A-Z0-9])")
+ATTRIBUTION = re.compile(r"^\s*(--|-- |~~|\u2014)")
+
+# ---- generated sentences ---------------------------------------------------------------------------
+
+TRAIN_NAMES = [
+    "Anna", "Ben", "Clara", "Daniel", "Emma", "Felix", "Grace", "Henry", "Iris", "Jack", "Karen",
+    "Leo", "Maria", "Nathan", "Olivia", "Peter", "Rachel", "Samuel", "Sophie", "Thomas", "Victor",
+    "Wendy", "Alice", "Bruno", "Chloe", "David", "Ella", "Frank", "George", "Hannah", "Isaac",
+    "Julia", "Kevin", "Laura", "Martin", "Nina", "Oscar", "Paula", "Robert", "Sarah", "Tim",
+    "Ursula", "Walter", "Yvonne", "Adam", "Bella", "Carl", "Diana", "Eric", "Fiona", "Lucy", "Mark",
+]
+TRAIN_SURNAMES = [
+    "Smith", "Johnson", "Brown", "Taylor", "Miller", "Wilson", "Moore", "Clark", "Lewis", "Walker",
+    "Hall", "Young", "King", "Wright", "Green", "Baker", "Adams", "Nelson", "Carter", "Mitchell",
+    "Roberts", "Turner", "Phillips", "Campbell", "Parker", "Evans", "Edwards", "Collins", "Stewart",
+]
+TRAIN_PLACES = [
+    "London", "Paris", "Berlin", "Madrid", "Rome", "Vienna", "Dublin", "Boston", "Chicago",
+    "Denver", "Seattle", "Toronto", "Sydney", "Tokyo", "Cairo", "Lisbon", "Prague", "Oslo",
+    "Helsinki", "Athens", "Warsaw", "Budapest", "Amsterdam", "Brussels", "Geneva", "Montreal",
+    "Vancouver", "Houston", "Phoenix", "Atlanta", "Miami", "Dallas", "Edinburgh", "Glasgow",
+    "Manchester", "Liverpool", "Bristol", "Munich", "Hamburg", "Milan", "Naples", "Seville",
+]
+TRAIN_OBJECTS = [
+    "apples", "books", "chairs", "tickets", "letters", "boxes", "bottles", "pencils", "candles",
+    "cups", "shirts", "lamps", "keys", "stamps", "plates", "towels", "maps", "coins", "flowers",
+    "eggs", "oranges", "blankets", "batteries", "notebooks", "umbrellas", "baskets", "spoons",
+]
+TRAIN_VERBS_PAST = [
+    "bought", "sold", "found", "ordered", "packed", "counted", "carried", "delivered", "lost",
+    "collected", "returned", "wrapped", "sent", "received", "moved", "checked", "cleaned", "opened",
+]
+TRAIN_ACTIVITIES = [
+    "the meeting", "the concert", "the train", "the flight", "the lecture", "the game", "dinner",
+    "the appointment", "the interview", "the ferry", "the bus", "the party", "the rehearsal",
+    "the class", "the match", "lunch", "the show", "the tour",
+]
+TRAIN_UNITS = [
+    ("kilometers", 1, 900), ("miles", 1, 500), ("meters", 1, 3000), ("kilograms", 1, 250),
+    ("liters", 1, 80), ("degrees", -20, 45), ("minutes", 2, 180), ("hours", 2, 72),
+    ("percent", 1, 100), ("centimeters", 1, 300), ("grams", 5, 950), ("pounds", 1, 400),
+]
+WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
+          "October", "November", "December"]
+ORDINALS = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}
+
+SMALL_NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+                 "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
+                 "seventeen", "eighteen", "nineteen"]
+TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+# held-out vocabulary: none of these words occurs in a train sentence
+HELDOUT_NAMES = [
+    "Bartholomew", "Cassandra", "Desmond", "Esmeralda", "Fitzgerald", "Gwendolyn", "Horatio",
+    "Imogen", "Jeremiah", "Katarina", "Leopold", "Millicent", "Nathaniel", "Ophelia", "Percival",
+    "Rosalind", "Sebastian", "Theodora", "Ulysses", "Valentina", "Winifred", "Xavier", "Yolanda",
+    "Zachariah", "Archibald", "Beatrix", "Cornelius", "Delphine", "Ebenezer", "Florentina",
+    "Gideon", "Henrietta", "Ignatius", "Josephine", "Lysander", "Marguerite", "Octavius",
+    "Penelope", "Reginald", "Seraphina", "Tobias", "Evangeline", "Maximilian", "Anastasia",
+    "Barnaby", "Clementine", "Ferdinand", "Genevieve", "Humphrey", "Isadora",
+]
+HELDOUT_VERBS = [
+    "painted", "juggled", "polished", "repaired", "borrowed", "photographed", "measured",
+    "decorated", "inspected", "assembled", "sharpened", "weighed", "folded", "planted", "stitched",
+    "harvested", "engraved", "varnished", "sketched", "dismantled", "catalogued", "scrubbed",
+    "labelled", "refurbished", "sorted", "calibrated", "ironed", "sanded", "glazed", "restored",
+    "auctioned", "stacked", "tuned", "baked", "rinsed", "carved", "knitted", "brewed", "welded",
+    "smuggled", "rescued", "hammered", "chiselled", "feathered", "whittled", "quilted", "embroidered",
+    "buttered", "pickled", "bottled",
+]
+HELDOUT_OBJECTS = [
+    "violins", "lanterns", "telescopes", "kettles", "saddles", "hammocks", "trumpets", "canoes",
+    "accordions", "chandeliers", "typewriters", "wheelbarrows", "harpsichords", "tambourines",
+    "compasses", "gramophones", "anchors", "easels", "xylophones", "sundials", "bagpipes",
+    "barometers", "cauldrons", "banjos", "lighthouses",
+]
+HELDOUT_PLACES = [
+    "Reykjavik", "Marrakesh", "Valparaiso", "Timbuktu", "Kathmandu", "Zanzibar", "Samarkand",
+    "Ushuaia", "Tasmania", "Patagonia", "Casablanca", "Saskatoon", "Winnipeg", "Anchorage",
+    "Honolulu", "Santiago", "Nairobi", "Mandalay", "Tallinn", "Ljubljana", "Bratislava", "Zagreb",
+    "Montevideo", "Asuncion", "Galway",
+]
+# words that drop a fortune sentence (mild profanity, sexual and violent words)
+BLOCKED_WORDS = {
+    "ass", "asses", "arse", "bastard", "bitch", "bloody", "crap", "damn", "damned", "dick", "fuck",
+    "fucking", "shit", "piss", "pissed", "sex", "sexy", "sexual", "naked", "nude", "porn", "whore",
+    "slut", "rape", "kill", "killed", "killing", "murder", "suicide", "drunk", "drug", "drugs",
+    "nazi", "nigger", "faggot", "gay", "jew", "jews", "penis", "breasts", "orgasm", "virgin",
+    "hell", "bomb", "gun", "guns", "die", "dead", "death",
+}
+HELDOUT_WORDS = {w.lower() for w in HELDOUT_NAMES + HELDOUT_VERBS + HELDOUT_OBJECTS + HELDOUT_PLACES}
+
+
+def number_words(n):
+    """English words for 0 <= n < 1,000,000 (used where a sentence spells a number out)."""
+    if n < 20:
+        return SMALL_NUMBERS[n]
+    if n < 100:
+        return TENS[n // 10] + ("" if n % 10 == 0 else "-" + SMALL_NUMBERS[n % 10])
+    if n < 1000:
+        rest = n % 100
+        return SMALL_NUMBERS[n // 100] + " hundred" + ("" if rest == 0 else " and " + number_words(rest))
+    rest = n % 1000
+    head = number_words(n // 1000) + " thousand"
+    if rest == 0:
+        return head
+    return head + (" and " if rest < 100 else " ") + number_words(rest)
+
+
+def ordinal(day):
+    return f"{day}{ORDINALS.get(day, 'th')}"
+
+
+def clock_time(rng):
+    hour, minute = rng.randint(1, 12), rng.choice([0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55])
+    style = rng.randrange(3)
+    if style == 0:
+        return f"{hour}:{minute:02d} {rng.choice(['a.m.', 'p.m.'])}"
+    if style == 1:
+        return f"{rng.randint(0, 23):02d}:{minute:02d}"
+    if minute == 0:
+        return f"{number_words(hour)} o'clock"
+    return f"half past {number_words(hour)}" if minute == 30 else f"{minute} past {hour}"
+
+
+def date_phrase(rng):
+    month, day = rng.choice(MONTHS), rng.randint(1, 28)
+    style = rng.randrange(4)
+    if style == 0:
+        return f"{month} {ordinal(day)}"
+    if style == 1:
+        return f"{month} {day}, {rng.randint(1900, 2039)}"
+    if style == 2:
+        return f"the {ordinal(day)} of {month}"
+    return f"{rng.choice(WEEKDAYS)}, {month} {ordinal(day)}"
+
+
+def money(rng):
+    style = rng.randrange(4)
+    if style == 0:
+        return f"${rng.randint(1, 999)}.{rng.randint(0, 99):02d}"
+    if style == 1:
+        return f"{number_words(rng.randint(2, 99))} dollars"
+    if style == 2:
+        return f"{rng.randint(2, 500)} euros"
+    return f"${rng.randint(1, 90) * 100:,}"
+
+
+def full_name(rng):
+    return f"{rng.choice(TRAIN_NAMES)} {rng.choice(TRAIN_SURNAMES)}"
+
+
+def count_phrase(rng):
+    n = rng.choice([rng.randint(2, 19), rng.randint(20, 99), rng.randint(100, 2000)])
+    return str(n) if rng.random() < 0.6 else number_words(n)
+
+
+TRAIN_TEMPLATES = [
+    lambda r: f"{r.choice(TRAIN_NAMES)} {r.choice(TRAIN_VERBS_PAST)} {count_phrase(r)} {r.choice(TRAIN_OBJECTS)} in {r.choice(TRAIN_PLACES)}.",
+    lambda r: f"{r.choice(TRAIN_ACTIVITIES).capitalize()} starts at {clock_time(r)} on {r.choice(WEEKDAYS)}.",
+    lambda r: f"{full_name(r)} was born on {date_phrase(r)} in {r.choice(TRAIN_PLACES)}.",
+    lambda r: f"The ticket to {r.choice(TRAIN_PLACES)} costs {money(r)}.",
+    lambda r: f"Please call {r.choice(TRAIN_NAMES)} at {r.randint(200, 999)} {r.randint(100, 999)} {r.randint(1000, 9999)}.",
+    lambda r: f"It is {r.randint(2, 30)} degrees in {r.choice(TRAIN_PLACES)} this {r.choice(['morning', 'afternoon', 'evening'])}.",
+    lambda r: f"We drove {r.randint(5, 900)} kilometers from {r.choice(TRAIN_PLACES)} to {r.choice(TRAIN_PLACES)}.",
+    lambda r: f"Did {r.choice(TRAIN_NAMES)} pay {money(r)} for the {r.choice(TRAIN_OBJECTS)[:-1]}?",
+    lambda r: f"On {date_phrase(r)}, {r.choice(TRAIN_NAMES)} moved to {r.choice(TRAIN_PLACES)}.",
+    lambda r: f"{r.choice(TRAIN_NAMES)} and {r.choice(TRAIN_NAMES)} met at {clock_time(r)} near the station.",
+    lambda r: f"The package weighs {r.randint(1, 40)}.{r.randint(0, 9)} kilograms.",
+    lambda r: (lambda u: f"The distance was {r.randint(u[1], u[2])} {u[0]}.")(r.choice(TRAIN_UNITS)),
+    lambda r: f"Room {r.randint(1, 60)}{r.randint(0, 20):02d} is on the {ordinal(r.randint(1, 30))} floor.",
+    lambda r: f"{full_name(r)} scored {r.randint(0, 100)} points in the final.",
+    lambda r: f"The year {r.randint(1066, 2039)} was a busy one for {r.choice(TRAIN_PLACES)}.",
+    lambda r: f"My flight leaves {r.choice(TRAIN_PLACES)} at {clock_time(r)} and lands in {r.choice(TRAIN_PLACES)}.",
+    lambda r: f"{r.choice(TRAIN_NAMES)} saved {money(r)} in {r.choice(MONTHS)}.",
+    lambda r: f"About {r.randint(2, 99)} percent of the {r.choice(TRAIN_OBJECTS)} were {r.choice(['red', 'blue', 'green', 'broken', 'new', 'old'])}.",
+    lambda r: f"The meeting with {full_name(r)} is on {r.choice(WEEKDAYS)} at {clock_time(r)}.",
+    lambda r: f"Order number {r.randint(10000, 99999)} ships to {r.choice(TRAIN_PLACES)} on {date_phrase(r)}.",
+    lambda r: f"There are {count_phrase(r)} {r.choice(TRAIN_OBJECTS)} on the table, and {count_phrase(r)} in the box.",
+    lambda r: f"{r.choice(TRAIN_NAMES)} asked whether {r.choice(TRAIN_PLACES)} is far from {r.choice(TRAIN_PLACES)}.",
+    lambda r: f"Turn left after {r.randint(100, 900)} meters and walk to {r.choice(TRAIN_PLACES)} Street.",
+    lambda r: f"The train to {r.choice(TRAIN_PLACES)} is {r.randint(2, 55)} minutes late.",
+]
+
+
+def heldout_sentences(rng, count):
+    """``count`` sentences in held-out templates; each has its own name, verb and number."""
+    if count > min(len(HELDOUT_NAMES), len(HELDOUT_VERBS)):
+        raise ValueError(f"at most {min(len(HELDOUT_NAMES), len(HELDOUT_VERBS))} held-out sentences")
+    names = rng.sample(HELDOUT_NAMES, count)
+    verbs = rng.sample(HELDOUT_VERBS, count)
+    numbers = rng.sample(range(3, 97), count)
+    templates = [
+        lambda n, v, k: f"{n} {v} {number_words(k)} {rng.choice(HELDOUT_OBJECTS)} beside the harbor of {rng.choice(HELDOUT_PLACES)}.",
+        lambda n, v, k: f"Yesterday evening {n} quietly {v} exactly {k} old {rng.choice(HELDOUT_OBJECTS)}.",
+        lambda n, v, k: f"In {rng.choice(HELDOUT_PLACES)}, {n} {v} {number_words(k)} {rng.choice(HELDOUT_OBJECTS)} before sunrise.",
+        lambda n, v, k: f"Nobody expected that {n} {v} {k} {rng.choice(HELDOUT_OBJECTS)} for the festival.",
+    ]
+    return [templates[i % len(templates)](names[i], verbs[i], numbers[i]) for i in range(count)]
+
+
+# ---- fortunes --------------------------------------------------------------------------------------
+
+
+def fortune_files(directory):
+    """Collection files of a fortunes directory (no .dat indexes, no .u8 copies), sorted."""
+    directory = Path(directory)
+    files = []
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and path.suffix not in (".dat", ".u8") and path.name not in EXCLUDED_COLLECTIONS:
+            files.append(path)
+    return files
+
+
+def cookies(path):
+    """The cookies of one fortune file (separated by lines holding a single %)."""
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    current = []
+    for line in text.splitlines():
+        if line.strip() == "%":
+            if current:
+                yield current
+            current = []
+        else:
+            current.append(line)
+    if current:
+        yield current
+
+
+def clean_sentence(sentence):
+    """The sentence if it is short plain prose, else None."""
+    s = " ".join(sentence.translate(QUOTE_FOLDING).split())
+    if not s or not s.isascii():
+        return None
+    words = s.split()
+    if not (MIN_WORDS <= len(words) <= MAX_WORDS):
+        return None
+    if sum(1 for c in s if c not in PLAIN_CHARS) > MAX_SYMBOLS:
+        return None
+    if s.count('"') % 2 or s.count("(") != s.count(")"):
+        return None
+    letters = [c for c in s if c.isalpha()]
+    if len(letters) < 8 or sum(c.isupper() for c in letters) > 0.3 * len(letters):
+        return None
+    if not s[0].isupper() or s[-1] not in ".!?":
+        return None
+    if re.search(r"\b[A-Z]:|\.\.|\d{5,}|\bQ\b|:$", s):  # dialogue tags, ellipses, long codes
+        return None
+    return s
+
+
+def fortune_sentences(directory):
+    """Clean sentences from all kept collections, in file order, without duplicates."""
+    seen, out = set(), []
+    for path in fortune_files(directory):
+        for lines in cookies(path):
+            # an attribution line ("-- Mark Twain") and what follows it are not prose
+            body = []
+            for line in lines:
+                if ATTRIBUTION.match(line):
+                    break
+                body.append(line)
+            text = " ".join(" ".join(body).split())
+            for sentence in SENTENCE_END.split(text):
+                s = clean_sentence(sentence)
+                if s and s not in seen:
+                    seen.add(s)
+                    out.append(s)
+    return out
+
+
+def is_blocked(sentence):
+    return any(w.lower() in BLOCKED_WORDS for w in re.findall(r"[A-Za-z]+", sentence))
+
+
+def mentions_heldout(sentence):
+    return any(w.lower() in HELDOUT_WORDS for w in re.findall(r"[A-Za-z]+", sentence))
+
+
+# ---- assembly --------------------------------------------------------------------------------------
+
+
+def build_corpus(seed=1, size=30000, heldout_count=48, fortunes_dir=DEFAULT_FORTUNES_DIR):
+    """(train, heldout): lists of {"id", "text"}; deterministic for the same seed and inputs."""
+    rng = random.Random(seed)
+    heldout_texts = heldout_sentences(random.Random(seed * 7919 + 1), heldout_count)
+    held = set(heldout_texts)
+
+    fortunes = []
+    if fortunes_dir and Path(fortunes_dir).is_dir():
+        fortunes = [s for s in fortune_sentences(fortunes_dir)
+                    if not mentions_heldout(s) and not is_blocked(s) and s not in held]
+    else:
+        print(f"corpus: no fortunes directory {fortunes_dir}; generated sentences only", file=sys.stderr)
+    rng.shuffle(fortunes)
+    fortunes = fortunes[: (size * 3) // 4]  # at most 3/4 of the corpus from fortunes
+
+    generated, seen = [], set(fortunes) | held
+    attempts = 0
+    while len(fortunes) + len(generated) < size and attempts < size * 20:
+        attempts += 1
+        s = rng.choice(TRAIN_TEMPLATES)(rng)
+        if s not in seen and not mentions_heldout(s):
+            seen.add(s)
+            generated.append(s)
+
+    train = [{"id": f"f{i:06d}", "text": t} for i, t in enumerate(fortunes)]
+    train += [{"id": f"g{i:06d}", "text": t} for i, t in enumerate(generated)]
+    rng.shuffle(train)
+    heldout = [{"id": f"h{i:03d}", "text": t} for i, t in enumerate(heldout_texts)]
+    return train, heldout
+
+
+def write_jsonl(path, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=True) + "\n")
+
+
+def read_jsonl(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("corpus_dir", type=Path)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--size", type=int, default=30000, help="train sentences (default 30000)")
+    parser.add_argument("--heldout", type=int, default=48, help="held-out sentences (default 48)")
+    parser.add_argument("--fortunes-dir", default=DEFAULT_FORTUNES_DIR)
+    args = parser.parse_args(argv)
+
+    train, heldout = build_corpus(args.seed, args.size, args.heldout, args.fortunes_dir)
+    args.corpus_dir.mkdir(parents=True, exist_ok=True)
+    write_jsonl(args.corpus_dir / "train.jsonl", train)
+    write_jsonl(args.corpus_dir / "heldout.jsonl", heldout)
+    n_fortunes = sum(1 for r in train if r["id"].startswith("f"))
+    words = sum(len(r["text"].split()) for r in train)
+    print(f"corpus: {len(train)} train sentences ({n_fortunes} from fortunes, {len(train) - n_fortunes} "
+          f"generated, {words} words), {len(heldout)} held out → {args.corpus_dir}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1082 @@
+#!/usr/bin/env python3
+"""Trains, exports and samples Gepard's default voice: a GEPARD model at reduced size.
+
+The model is GEPARD exactly as /work/shared/specs/gepard-model.md describes it (cited as §n), only
+smaller: transformers' Qwen3_5TextModel with every layer full attention (§1), the frame embedding
+(§3.5), 32 FSQ codebook heads and the stop head (§3.4), the Q-Former reference compressor (§3.6) and
+the learned null prefix (§3.7), under the published tensor names (§2.3) and checkpoint files (§2.4).
+The C engine loads an export like any GEPARD checkpoint.
+
+Voices. The engine's default voice has no prefix at all (K = 0, §3.2; gepard-core's voice
+registry). Training therefore teaches "no prefix" as one fixed speaker, the default speaker (the one
+with the most audio unless --default-speaker names another): its utterances go without a prefix half
+of the time. Every other example gets the compressor's prefix of a *different* utterance of the same
+speaker (a random crop of it, §3.6 input: unfolded codes) or, with probability 0.15, the null prefix
+(an unconditional voice, as in GEPARD's training).
+
+Steps (DATA/codes.pt comes from tools/voice/codec.py; RUN is a directory of your choice):
+
+    python3 tools/voice/tokenizer.py CORPUS_DIR --output RUN/tokenizer.json
+    python3 tools/voice/lm.py train --data DATA/codes.pt --run RUN --time-limit 23 --resume
+        (repeat the same command until it prints "finished": each run stops itself after
+         --time-limit minutes with a checkpoint in RUN/checkpoint/; --resume starts afresh when
+         there is none yet)
+    python3 tools/voice/lm.py export RUN models/gepard-default
+    python3 tools/voice/lm.py sample models/gepard-default --text "Hello there." --output frames.safetensors
+    build/tools/gepard-codec-tool decode CODEC frames.safetensors samples.safetensors
+    build/tools/gepard-inspect model models/gepard-default
+
+Training: teacher forcing over [prefix | text layout (§3.1 repetition) | frames], per channel
+cross-entropy over its L levels from the hidden state one position earlier (SOS predicts frame 0),
+plus the stop head's BCE on the hidden state of each frame (1 on the last frame, §3.4). AdamW, bf16
+autocast on CUDA, batches of similar length under a token budget. RoPE uses bf16-rounded inv_freq
+in training as the engine does at inference (§1.5).
+
+A checkpoint (RUN/checkpoint/) is state.json plus safetensors shards of at most 15 MiB each holding
+the weights and both AdamW moments in bf16 (6 bytes a parameter), and each parameter's AdamW step.
+"""
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import random
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FSQ_LEVELS = (8, 7, 6, 6)  # §2.3: channel i has L_i = FSQ_LEVELS[i % 4]
+N_CHANNELS = 32
+STOP_THRESHOLD = 0.5  # §3.4
+SHARD_BYTES = 15 << 20
+CHECKPOINT = "checkpoint"
+
+# Model shapes. "default" is the shipped voice; "tiny" is for tests on one CPU core.
+PRESETS = {
+    "default": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                    head_dim=64, intermediate_size=768, audio_embed_dim=32, compressor_heads=4,
+                    compressor_ffn_multiplier=2),
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=16, intermediate_size=128, audio_embed_dim=8, compressor_heads=4,
+                 compressor_ffn_multiplier=2),
+}
+COMPRESSOR_QUERIES = 8  # §3.6
+COMPRESSOR_BLOCKS = 2
+ROPE_THETA = 1e7  # §1.5
+DEFAULT_STEPS = 40000
+
+# §3.1 text repetition, as the published gepard_config.json has it
+TEXT_REPETITION = {"enabled": True, "target_text_tokens": 16, "apply_below": 13, "max_repeats": 8,
+                   "mixed_keep_prob": 0.25, "seed": 0}
+
+
+# ---- configs -------------------------------------------------------------------------------------
+
+def mrope_section(head_dim):
+    """[T, H, W] split of the head's frequencies, [11, 11, 10] scaled (§1.5: a no-op for text)."""
+    n = head_dim // 2
+    s = (n * 11 + 31) // 32
+    return [s, s, n - 2 * s]
+
+
+def backbone_dict(shape, vocab_size, special):
+    """config.json: the backbone's Qwen3_5TextConfig fields (§2.1, §2.4), both rotary factors 1.0."""
+    layers = shape["num_hidden_layers"]
+    return {
+        "architectures": ["Qwen3_5ForCausalLM"],
+        "model_type": "qwen3_5_text",
+        "hidden_size": shape["hidden_size"],
+        "intermediate_size": shape["intermediate_size"],
+        "num_hidden_layers": layers,
+        "num_attention_heads": shape["num_attention_heads"],
+        "num_key_value_heads": shape["num_key_value_heads"],
+        "head_dim": shape["head_dim"],
+        "vocab_size": vocab_size,
+        "max_position_embeddings": 262144,
+        "rms_norm_eps": 1e-6,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": True,
+        "full_attention_interval": 1,
+        "hidden_act": "silu",
+        "initializer_range": 0.02,
+        "dtype": "bfloat16",
+        "eos_token_id": special["im_end"],
+        "pad_token_id": special["endoftext"],
+        "layer_types": ["full_attention"] * layers,
+        "partial_rotary_factor": 1.0,
+        "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_THETA,
+                            "partial_rotary_factor": 1.0,
+                            "mrope_section": mrope_section(shape["head_dim"]),
+                            "mrope_interleaved": True},
+    }
+
+
+def gepard_dict(shape, backbone, special, head_levels):
+    """gepard_config.json (§2.4), keys in the published order; audio_heads order is the wiring."""
+    return {
+        "backbone_config": backbone,
+        "audio_heads": {f"level_audio_{i}": int(level) for i, level in enumerate(head_levels)},
+        "audio_embed_dim": shape["audio_embed_dim"],
+        "partial_rotary_factor": 1.0,
+        "special_tokens": {
+            "tokeniser_length": special["tokeniser_length"],
+            "start_of_text": special["start_of_text"],
+            "end_of_text": special["end_of_text"],
+            "start_of_speech": special["start_of_speech"],
+            "end_of_speech": special["end_of_speech"],
+            "tts_pad": special["tts_pad"],
+        },
+        "stop_loss_weight": 1.0,
+        "stop_pos_weight": 1.0,
+        "model_dtype": "bfloat16",
+        "codec": {"name": "nvidia/nemo-nano-codec-22khz-1.89kbps-21.5fps", "num_layers": N_CHANNELS // 4,
+                  "fsq_levels": list(FSQ_LEVELS), "do_unfold": True, "frame_rate_hz": 21.5,
+                  "sample_rate": 22050},
+        "text_repetition": dict(TEXT_REPETITION),
+        "voice_cloning": {"enabled": True, "compressor": {
+            "num_queries": COMPRESSOR_QUERIES, "num_layers": COMPRESSOR_BLOCKS,
+            "num_heads": shape["compressor_heads"], "d_model": shape["hidden_size"],
+            "ffn_hidden_size_multiplier": shape["compressor_ffn_multiplier"], "dropout": 0.0}},
+    }
+
+
+def tokenizer_special_ids(tokenizer_path):
+    """GEPARD role → id (and "tokeniser_length"), read from a tokenizer.json with the 33 added
+    tokens (§4), through tools/voice/tokenizer.py."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("voice_tokenizer", pathlib.Path(__file__).with_name("tokenizer.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with open(tokenizer_path, encoding="utf-8") as f:
+        try:
+            return module.special_ids(json.load(f))
+        except ValueError as e:
+            raise SystemExit(f"{tokenizer_path}: {e}")
+
+
+# ---- text layout (§3.1) --------------------------------------------------------------------------
+
+def repetition_count(n, rep=TEXT_REPETITION):
+    if not rep["enabled"] or n <= 0 or n >= rep["apply_below"] or n >= rep["target_text_tokens"]:
+        return 1
+    return max(1, min(-(-rep["target_text_tokens"] // n), rep["max_repeats"]))
+
+
+def text_layout(tokens, special, rep=TEXT_REPETITION):
+    """[SOT t… EOT] × (R−1) ++ [SOT t… EOT SOS]."""
+    block = [special["start_of_text"], *tokens, special["end_of_text"]]
+    return block * (repetition_count(len(tokens), rep) - 1) + block + [special["start_of_speech"]]
+
+
+# ---- the model -----------------------------------------------------------------------------------
+
+def sinusoidal_positions(length, d_model):
+    """§3.6 step 3: PE[t, 2i] = sin(t·ω_i), PE[t, 2i+1] = cos(t·ω_i), ω_i = exp(2i·(−ln 10000/d))."""
+    position = torch.arange(length, dtype=torch.float32).unsqueeze(1)
+    omega = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(length, d_model, dtype=torch.float32)
+    pe[:, 0::2] = torch.sin(position * omega)
+    pe[:, 1::2] = torch.cos(position * omega)
+    return pe
+
+
+class CompressorRMSNorm(nn.Module):
+    """§3.6 step 6: weight initialised to ones; normalised, rounded to the input dtype, then × w."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+
+
+class CompressorAttention(nn.Module):
+    """Bidirectional multi-head attention, separate projections without bias (§3.6 step 5)."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, d_model, bias=False)
+        self.v_proj = nn.Linear(d_model, d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, xq, xkv, key_mask=None):
+        b, tq, d = xq.shape
+        tk = xkv.shape[1]
+        hd = d // self.n_heads
+        q = self.q_proj(xq).view(b, tq, self.n_heads, hd).transpose(1, 2)
+        k = self.k_proj(xkv).view(b, tk, self.n_heads, hd).transpose(1, 2)
+        v = self.v_proj(xkv).view(b, tk, self.n_heads, hd).transpose(1, 2)
+        mask = None if key_mask is None else key_mask[:, None, None, :]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
+        return self.out_proj(o.transpose(1, 2).reshape(b, tq, d))
+
+
+class CompressorFFN(nn.Module):
+    def __init__(self, d_model, hidden):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, hidden, bias=False)
+        self.up_proj = nn.Linear(d_model, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class QFormerBlock(nn.Module):
+    def __init__(self, d_model, n_heads, ffn_hidden):
+        super().__init__()
+        self.norm_self = CompressorRMSNorm(d_model)
+        self.self_attn = CompressorAttention(d_model, n_heads)
+        self.norm_cross = CompressorRMSNorm(d_model)
+        self.cross_attn = CompressorAttention(d_model, n_heads)
+        self.norm_ffn = CompressorRMSNorm(d_model)
+        self.ffn = CompressorFFN(d_model, ffn_hidden)
+
+    def forward(self, q, x, key_mask):
+        h = self.norm_self(q)
+        q = q + self.self_attn(h, h)
+        q = q + self.cross_attn(self.norm_cross(q), x, key_mask)
+        return q + self.ffn(self.norm_ffn(q))
+
+
+class RefCompressor(nn.Module):
+    """§3.6: unfolded reference codes [B, T, 32] → speaker prefix [B, 8, d_model]."""
+
+    def __init__(self, d_model, head_levels, n_heads, ffn_multiplier):
+        super().__init__()
+        self.input_proj = nn.Linear(len(head_levels), d_model)
+        self.queries = nn.Parameter(torch.randn(COMPRESSOR_QUERIES, d_model) * 0.02)
+        self.blocks = nn.ModuleList(QFormerBlock(d_model, n_heads, d_model * ffn_multiplier)
+                                    for _ in range(COMPRESSOR_BLOCKS))
+        self.final_norm = CompressorRMSNorm(d_model)
+        self.output_scale = nn.Parameter(torch.tensor(1.0 / math.sqrt(1024)))  # 0-dim, as published
+        half = torch.tensor([level // 2 for level in head_levels], dtype=torch.float32)
+        self.register_buffer("half_levels", half, persistent=False)
+        self.register_buffer("positions", sinusoidal_positions(2048, d_model), persistent=False)
+
+    def forward(self, codes, key_mask=None):
+        t = codes.shape[1]
+        if t > self.positions.shape[0]:
+            self.positions = sinusoidal_positions(t, self.positions.shape[1]).to(self.positions)
+        v = ((codes.float() - self.half_levels) / self.half_levels).to(self.input_proj.weight.dtype)
+        x = self.input_proj(v) + self.positions[:t]
+        q = self.queries[None].expand(codes.shape[0], -1, -1)
+        for block in self.blocks:
+            q = block(q, x, key_mask)
+        return self.output_scale * self.final_norm(q)
+
+
+class GepardLM(nn.Module):
+    """GEPARD (§2.3 names): backbone `model`, frame embedding, 32 heads, stop head, compressor and
+    null prefix."""
+
+    def __init__(self, backbone, head_levels, audio_embed_dim, compressor_heads, compressor_ffn_multiplier,
+                 attn_implementation="sdpa"):
+        super().__init__()
+        from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+        from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5TextModel
+
+        config = Qwen3_5TextConfig.from_dict(dict(backbone))
+        config._attn_implementation = attn_implementation
+        self.config = config
+        h = config.hidden_size
+        self.head_levels = list(head_levels)
+        self.model = Qwen3_5TextModel(config)
+        # the engine rounds inv_freq to bf16 (§1.5, GepardRunner's .to(bf16)); train with the same
+        rotary = self.model.rotary_emb
+        rotary.inv_freq = rotary.inv_freq.to(torch.bfloat16).float()
+        rotary.original_inv_freq = rotary.inv_freq.clone()
+
+        self.audio_embeddings = nn.ModuleList(nn.Embedding(level, audio_embed_dim) for level in head_levels)
+        self.audio_embed_proj = nn.Sequential(
+            nn.Linear(len(head_levels) * audio_embed_dim, h), nn.GELU(), nn.Linear(h, h),
+            nn.LayerNorm(h, elementwise_affine=False))
+        # §2.3: a frozen scalar ≈ the text embedding's std
+        self.audio_embed_scale = nn.Parameter(torch.tensor(float(config.initializer_range)),
+                                              requires_grad=False)
+        self.codebook_heads = nn.ModuleList(nn.Linear(h, level) for level in head_levels)
+        self.stop_head = nn.Linear(h, 1)
+        self.ref_compressor = RefCompressor(h, head_levels, compressor_heads, compressor_ffn_multiplier)
+        self.null_prefix = nn.Parameter(torch.randn(COMPRESSOR_QUERIES, h) * 0.02)
+
+        # per-head logits gathered into [.., 32, max L]; the missing levels get a large negative bias
+        max_level = max(head_levels)
+        offsets = [sum(head_levels[:i]) for i in range(len(head_levels))]
+        index = torch.tensor([[offsets[i] + min(j, level - 1) for j in range(max_level)]
+                              for i, level in enumerate(head_levels)])
+        valid = torch.tensor([[j < level for j in range(max_level)] for level in head_levels])
+        self.register_buffer("logit_index", index, persistent=False)
+        self.register_buffer("logit_valid", valid, persistent=False)
+
+    def embed_frames(self, codes):
+        """§3.5: codes [N, 32] → frame embeddings [N, H]."""
+        x = torch.cat([emb(codes[:, i]) for i, emb in enumerate(self.audio_embeddings)], dim=-1)
+        return self.audio_embed_proj(x) * self.audio_embed_scale
+
+    def head_logits(self, hidden):
+        """hidden [N, H] → per-head logits [N, 32, max L] (fp32; invalid levels at −1e9)."""
+        weight = torch.cat([head.weight for head in self.codebook_heads])
+        bias = torch.cat([head.bias for head in self.codebook_heads])
+        logits = F.linear(hidden, weight.to(hidden.dtype), bias.to(hidden.dtype)).float()
+        logits = logits[:, self.logit_index]
+        return logits.masked_fill(~self.logit_valid, -1e9)
+
+
+def count_parameters(model):
+    return sum(p.numel() for p in model.state_dict().values())
+
+
+# ---- data ----------------------------------------------------------------------------------------
+
+class Utterance:
+    __slots__ = ("id", "speaker", "tokens", "ids", "codes")
+
+    def __init__(self, uid, speaker, tokens, ids, codes):
+        self.id, self.speaker, self.tokens, self.ids, self.codes = uid, speaker, tokens, ids, codes
+
+    def length(self):
+        return len(self.ids) + self.codes.shape[0]
+
+
+def load_codes(path):
+    data = torch.load(path, map_location="cpu", weights_only=False)
+    levels = [int(level) for level in data["levels"]]
+    if levels != [FSQ_LEVELS[i % 4] for i in range(N_CHANNELS)]:
+        raise SystemExit(f"{path}: levels {levels} are not the codec's {list(FSQ_LEVELS)} × 8 (§2.3)")
+    return levels, data["utterances"]
+
+
+def prepare_utterances(records, levels, tokenizer_path, special, max_frames, exclude_speakers):
+    """Tokenized, laid-out utterances with uint8 codes of the "train" split (codec.py marks the
+    held-out speaker "heldout_speaker"); skips excluded speakers and unusable utterances."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    bound = torch.tensor(levels)
+    kept, skipped = [], 0
+    texts = [r["text"] for r in records]
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    for record, enc in zip(records, encodings):
+        if record.get("split", "train") != "train" or record["speaker"] in exclude_speakers:
+            continue
+        codes = torch.as_tensor(record["codes"])
+        if (codes.ndim != 2 or codes.shape[1] != N_CHANNELS or codes.shape[0] < 2
+                or codes.shape[0] > max_frames or not enc.ids):
+            skipped += 1
+            continue
+        if bool(((codes < 0) | (codes >= bound)).any()):
+            raise SystemExit(f"utterance {record['id']}: a code is outside its channel's levels")
+        kept.append(Utterance(str(record["id"]), str(record["speaker"]), list(enc.ids),
+                              text_layout(enc.ids, special), codes.to(torch.uint8).contiguous()))
+    return kept, skipped
+
+
+def split_validation(utterances, count, seed):
+    """A fixed set of `count` utterances for the validation loss, the rest for training."""
+    order = list(range(len(utterances)))
+    random.Random(seed).shuffle(order)
+    valid = set(order[:count])
+    return ([u for i, u in enumerate(utterances) if i not in valid],
+            [u for i, u in enumerate(utterances) if i in valid])
+
+
+def make_batches(utterances, max_tokens, max_batch, seed):
+    """Index lists of similar length, each under max_tokens of padded sequence, in random order."""
+    rng = random.Random(seed)
+    order = sorted(range(len(utterances)), key=lambda i: (utterances[i].length(), rng.random()))
+    batches, current, longest = [], [], 0
+    for i in order:
+        n = utterances[i].length() + COMPRESSOR_QUERIES
+        if current and (max(longest, n) * (len(current) + 1) > max_tokens or len(current) >= max_batch):
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, n)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+class VoicePlan:
+    """Which prefix each example gets (see the module docstring)."""
+
+    def __init__(self, utterances, default_speaker, p_default_none=0.5, p_null=0.15, ref_frames=(48, 430)):
+        self.default_speaker = default_speaker
+        self.p_default_none, self.p_null = p_default_none, p_null
+        self.ref_frames = ref_frames
+        self.by_speaker = {}
+        for i, u in enumerate(utterances):
+            self.by_speaker.setdefault(u.speaker, []).append(i)
+
+    def choose(self, index, utterance, utterances, rng):
+        """("none", None), ("null", None) or ("ref", codes [T, 32])."""
+        if utterance.speaker == self.default_speaker and rng.random() < self.p_default_none:
+            return "none", None
+        same = self.by_speaker.get(utterance.speaker, [])
+        if len(same) < 2 or rng.random() < self.p_null:
+            return "null", None
+        other = rng.randrange(len(same) - 1)  # any of the speaker's utterances but this one
+        other = same[other] if same[other] != index else same[-1]
+        ref = utterances[other].codes
+        n = min(ref.shape[0], rng.randint(*self.ref_frames))
+        start = rng.randint(0, ref.shape[0] - n)
+        return "ref", ref[start:start + n]
+
+
+def default_speaker_of(utterances):
+    """The speaker with the most frames."""
+    frames = {}
+    for u in utterances:
+        frames[u.speaker] = frames.get(u.speaker, 0) + u.codes.shape[0]
+    return max(sorted(frames), key=lambda s: frames[s])
+
+
+def collate(examples, n_queries):
+    """examples: [(utterance, mode, ref codes)] → the tensors of one teacher-forced batch.
+
+    Every row of the padded input [B, N] is an index into one source table
+    [ref prefixes (Bref·Q) | null prefix (Q) | text embeddings | frame embeddings | zero row],
+    so the model assembles its input with a single gather."""
+    refs = [ref for _, mode, ref in examples if mode == "ref"]
+    n_ref_rows = len(refs) * n_queries
+    null_base = n_ref_rows
+    text_base = null_base + n_queries
+    n_text = sum(len(u.ids) for u, _, _ in examples)
+    frame_base = text_base + n_text
+    n_frames = sum(u.codes.shape[0] for u, _, _ in examples)
+    zero_row = frame_base + n_frames
+
+    lengths = [(0 if mode == "none" else n_queries) + len(u.ids) + u.codes.shape[0] for u, mode, _ in examples]
+    width = max(lengths)
+    index = np.full((len(examples), width), zero_row, dtype=np.int64)
+    mask = np.zeros((len(examples), width), dtype=np.int64)
+    head_rows, stop_rows, stop_labels = [], [], []
+    text_at, frame_at, ref_at = text_base, frame_base, 0
+    for b, (u, mode, _) in enumerate(examples):
+        pos = 0
+        if mode == "ref":
+            index[b, :n_queries] = np.arange(ref_at, ref_at + n_queries)
+            ref_at += n_queries
+            pos = n_queries
+        elif mode == "null":
+            index[b, :n_queries] = np.arange(null_base, null_base + n_queries)
+            pos = n_queries
+        n, t = len(u.ids), u.codes.shape[0]
+        index[b, pos:pos + n] = np.arange(text_at, text_at + n)
+        index[b, pos + n:pos + n + t] = np.arange(frame_at, frame_at + t)
+        text_at += n
+        frame_at += t
+        mask[b, :pos + n + t] = 1
+        first_frame = b * width + pos + n
+        head_rows.append(np.arange(first_frame - 1, first_frame - 1 + t))  # SOS, frames 0…T−2
+        stop_rows.append(np.arange(first_frame, first_frame + t))  # frames 0…T−1
+        labels = np.zeros(t, dtype=np.float32)
+        labels[-1] = 1.0
+        stop_labels.append(labels)
+
+    batch = {
+        "text_ids": torch.tensor([i for u, _, _ in examples for i in u.ids], dtype=torch.long),
+        "frames": torch.cat([u.codes for u, _, _ in examples]),  # uint8, widened on the device
+        "index": torch.from_numpy(index),
+        "mask": torch.from_numpy(mask),
+        "head_rows": torch.from_numpy(np.concatenate(head_rows)),
+        "stop_rows": torch.from_numpy(np.concatenate(stop_rows)),
+        "stop_labels": torch.from_numpy(np.concatenate(stop_labels)),
+        "ref_codes": None,
+        "ref_mask": None,
+    }
+    if refs:
+        batch["ref_codes"] = torch.nn.utils.rnn.pad_sequence(refs, batch_first=True)
+        lengths = torch.tensor([r.shape[0] for r in refs])
+        batch["ref_mask"] = torch.arange(batch["ref_codes"].shape[1])[None, :] < lengths[:, None]
+    return batch
+
+
+def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0):
+    """Teacher-forced losses: (total, mean channel CE, stop BCE, head accuracy)."""
+    h = model.config.hidden_size
+    parts = []
+    if batch["ref_codes"] is not None:
+        parts.append(model.ref_compressor(batch["ref_codes"], batch["ref_mask"]).reshape(-1, h).float())
+    parts.append(model.null_prefix.float())
+    parts.append(model.model.embed_tokens(batch["text_ids"]).float())
+    frames = batch["frames"].long()
+    parts.append(model.embed_frames(frames).float())
+    parts.append(torch.zeros(1, h, device=batch["index"].device))
+    inputs = torch.cat(parts)[batch["index"]]
+    hidden = model.model(inputs_embeds=inputs, attention_mask=batch["mask"], use_cache=False).last_hidden_state
+    hidden = hidden.reshape(-1, h)
+
+    logits = model.head_logits(hidden[batch["head_rows"]])  # [M, 32, L]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), frames.reshape(-1))
+    accuracy = (logits.argmax(-1) == frames).float().mean()
+    stop_logits = model.stop_head(hidden[batch["stop_rows"]])[:, 0].float()
+    pos_weight = torch.tensor(stop_pos_weight, device=stop_logits.device)
+    stop = F.binary_cross_entropy_with_logits(stop_logits, batch["stop_labels"], pos_weight=pos_weight)
+    return ce + stop_weight * stop, ce, stop, accuracy
+
+
+def to_device(batch, device):
+    return {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------
+
+def save_checkpoint(run_dir, model, optimizer, state):
+    """RUN/checkpoint/: state.json + bf16 shards (≤ SHARD_BYTES each), replaced atomically."""
+    from safetensors.torch import save_file
+
+    names = {p: n for n, p in model.named_parameters()}
+    tensors = {}
+    for name, tensor in model.state_dict().items():
+        tensors["model/" + name] = tensor.detach().to(torch.bfloat16).cpu()
+    for p, s in optimizer.state.items():
+        name = names[p]
+        tensors["exp_avg/" + name] = s["exp_avg"].to(torch.bfloat16).cpu()
+        tensors["exp_avg_sq/" + name] = s["exp_avg_sq"].to(torch.bfloat16).cpu()
+        tensors["step/" + name] = torch.as_tensor(s["step"], dtype=torch.float32).reshape(1).cpu()
+
+    shards, current, size = [], {}, 0
+    for key in sorted(tensors):
+        nbytes = tensors[key].numel() * tensors[key].element_size()
+        if current and size + nbytes > SHARD_BYTES:
+            shards.append(current)
+            current, size = {}, 0
+        current[key] = tensors[key].contiguous()
+        size += nbytes
+    shards.append(current)
+
+    final = pathlib.Path(run_dir) / CHECKPOINT
+    tmp = pathlib.Path(run_dir) / (CHECKPOINT + ".tmp")
+    old = pathlib.Path(run_dir) / (CHECKPOINT + ".old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    files = []
+    for i, shard in enumerate(shards):
+        name = f"state-{i + 1:02d}-of-{len(shards):02d}.safetensors"
+        save_file(shard, str(tmp / name), metadata={"format": "pt"})
+        os.chmod(tmp / name, 0o644)
+        files.append(name)
+    with open(tmp / "state.json", "w", encoding="utf-8") as f:
+        json.dump(dict(state, files=files), f, indent=2)
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def read_checkpoint(run_dir):
+    """(state dict from state.json, {name: tensor}) of RUN/checkpoint, or None if there is none."""
+    from safetensors.torch import load_file
+
+    path = pathlib.Path(run_dir) / CHECKPOINT
+    if not (path / "state.json").exists():
+        return None
+    with open(path / "state.json", encoding="utf-8") as f:
+        state = json.load(f)
+    tensors = {}
+    for name in state["files"]:
+        tensors.update(load_file(str(path / name)))
+    return state, tensors
+
+
+def load_model_weights(model, tensors, prefix=""):
+    own = model.state_dict()
+    weights = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    missing = sorted(set(own) - set(weights))
+    unexpected = sorted(set(weights) - set(own))
+    if missing or unexpected:
+        raise SystemExit(f"checkpoint does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    model.load_state_dict({k: v.to(own[k].dtype).reshape(own[k].shape) for k, v in weights.items()})
+
+
+def restore_optimizer(optimizer, model, tensors, device):
+    # fused AdamW keeps its step counts on the parameters' device, the others on the CPU
+    step_device = device if optimizer.defaults.get("fused") else "cpu"
+    for name, p in model.named_parameters():
+        if "exp_avg/" + name not in tensors:
+            continue
+        optimizer.state[p] = {
+            "step": tensors["step/" + name].reshape(()).to(step_device, torch.float32),
+            "exp_avg": tensors["exp_avg/" + name].to(device, torch.float32),
+            "exp_avg_sq": tensors["exp_avg_sq/" + name].to(device, torch.float32),
+        }
+
+
+def build_model(spec, attn_implementation="sdpa"):
+    """The model described by a checkpoint spec (state.json's "model")."""
+    return GepardLM(spec["backbone"], spec["head_levels"], spec["shape"]["audio_embed_dim"],
+                    spec["shape"]["compressor_heads"], spec["shape"]["compressor_ffn_multiplier"],
+                    attn_implementation)
+
+
+def make_optimizer(model, lr, weight_decay, betas, fused=False):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        # matrices decay; norms, biases, scalars, embeddings, queries and the null prefix do not
+        if p.ndim == 2 and "embed" not in name and name not in ("null_prefix", "ref_compressor.queries"):
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
+
+
+def learning_rate(step, peak, warmup, total, floor=0.1):
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+# ---- train ---------------------------------------------------------------------------------------
+
+def cmd_train(args):
+    started = time.time()
+    run_dir = pathlib.Path(args.run)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    bf16 = device.type == "cuda" and args.precision == "bf16"
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+
+    restored = read_checkpoint(run_dir)
+    if restored is not None and not args.resume:
+        raise SystemExit(f"{run_dir}/{CHECKPOINT} exists: pass --resume to continue it, or pick another --run")
+    tokenizer_path = run_dir / "tokenizer.json"
+    if args.tokenizer and pathlib.Path(args.tokenizer).resolve() != tokenizer_path.resolve():
+        if restored is not None and tokenizer_path.exists() and \
+                tokenizer_path.read_bytes() != pathlib.Path(args.tokenizer).read_bytes():
+            raise SystemExit(f"--tokenizer differs from {tokenizer_path}, which this run was trained with")
+        shutil.copyfile(args.tokenizer, tokenizer_path)
+    if not tokenizer_path.exists():
+        raise SystemExit(f"no tokenizer: give --tokenizer or put it at {tokenizer_path}")
+    special = tokenizer_special_ids(tokenizer_path)
+
+    if restored is not None:
+        state, tensors = restored
+        spec, hp = state["model"], state["train"]
+        print(f"resuming {run_dir} at step {state['step']}", flush=True)
+    else:
+        state, tensors = None, None
+        shape = dict(PRESETS[args.preset])
+        for key in shape:
+            value = getattr(args, key, None)
+            if value is not None:
+                shape[key] = value
+        vocab_size = (special["tokeniser_length"] + 63) // 64 * 64
+        levels, _ = load_codes(args.data)
+        spec = {"shape": shape, "backbone": backbone_dict(shape, vocab_size, special),
+                "head_levels": levels, "special": special}
+        hp = {k: getattr(args, k) for k in ("lr", "warmup", "weight_decay", "max_tokens", "max_batch",
+                                            "max_frames", "seed", "valid_count", "stop_pos_weight",
+                                            "p_default_none", "p_null")}
+        hp["steps"] = args.steps if args.steps is not None else DEFAULT_STEPS
+        hp["exclude_speakers"] = list(args.exclude_speaker or [])
+        hp["default_speaker"] = args.default_speaker
+    if args.steps is not None and restored is not None:
+        hp["steps"] = args.steps  # a resumed run may be given a new end
+
+    levels, records = load_codes(args.data)
+    utterances, skipped = prepare_utterances(records, levels, tokenizer_path, special, hp["max_frames"],
+                                             set(hp["exclude_speakers"]))
+    if not utterances:
+        raise SystemExit(f"{args.data}: no usable utterances")
+    train_set, valid_set = split_validation(utterances, min(hp["valid_count"], len(utterances) // 10),
+                                            hp["seed"])
+    if hp["default_speaker"] is None:
+        hp["default_speaker"] = default_speaker_of(train_set)
+    plan = VoicePlan(train_set, hp["default_speaker"], hp["p_default_none"], hp["p_null"])
+    valid_plan = VoicePlan(utterances, hp["default_speaker"], hp["p_default_none"], hp["p_null"])
+
+    torch.manual_seed(hp["seed"])
+    model = build_model(spec).to(device)
+    optimizer = make_optimizer(model, hp["lr"], hp["weight_decay"], (0.9, 0.95), device.type == "cuda")
+    step, epoch, batch_in_epoch = 0, 0, 0
+    if restored is not None:
+        load_model_weights(model, tensors, "model/")
+        restore_optimizer(optimizer, model, tensors, device)
+        step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        del tensors
+
+    n_params = count_parameters(model)
+    frames_total = sum(u.codes.shape[0] for u in train_set)
+    print(f"model: {n_params / 1e6:.2f} M parameters ({n_params * 2 / 2**20:.1f} MiB in bf16); "
+          f"{len(train_set)} training utterances ({frames_total / 21.5 / 3600:.2f} h), "
+          f"{len(valid_set)} validation, {skipped} skipped; speakers "
+          f"{len(plan.by_speaker)}, default speaker {hp['default_speaker']!r}; device {device}", flush=True)
+
+    def snapshot():
+        return {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "model": spec, "train": hp,
+                "parameters": n_params}
+
+    valid_batches = make_batches(valid_set, hp["max_tokens"], hp["max_batch"], hp["seed"]) if valid_set else []
+
+    position = {id(u): j for j, u in enumerate(utterances)}
+
+    def validate():
+        model.eval()
+        rng = random.Random(hp["seed"])
+        total, ce_sum, stop_sum, n = 0.0, 0.0, 0.0, 0
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            for indices in valid_batches:
+                examples = []
+                for i in indices:
+                    u = valid_set[i]
+                    mode, ref = valid_plan.choose(position[id(u)], u, utterances, rng)
+                    examples.append((u, mode, ref))
+                batch = to_device(collate(examples, COMPRESSOR_QUERIES), device)
+                loss, ce, stop, _ = batch_loss(model, batch, 1.0, hp["stop_pos_weight"])
+                total, ce_sum, stop_sum, n = total + float(loss), ce_sum + float(ce), stop_sum + float(stop), n + 1
+        model.train()
+        return (total / n, ce_sum / n, stop_sum / n) if n else None
+
+    log_path = run_dir / "train.log"
+    last_save = time.time()
+    model.train()
+    batches = make_batches(train_set, hp["max_tokens"], hp["max_batch"], hp["seed"] * 1000 + epoch)
+    window = {"loss": 0.0, "ce": 0.0, "stop": 0.0, "acc": 0.0, "n": 0, "frames": 0, "t": time.time()}
+    finished = False
+    while True:
+        if step >= hp["steps"]:
+            finished = True
+            break
+        if args.time_limit and time.time() - started > args.time_limit * 60:
+            break
+        if batch_in_epoch >= len(batches):
+            epoch, batch_in_epoch = epoch + 1, 0
+            batches = make_batches(train_set, hp["max_tokens"], hp["max_batch"], hp["seed"] * 1000 + epoch)
+        rng = random.Random(hp["seed"] * 1_000_003 + step)
+        examples = []
+        for i in batches[batch_in_epoch]:
+            mode, ref = plan.choose(i, train_set[i], train_set, rng)
+            examples.append((train_set[i], mode, ref))
+        batch = to_device(collate(examples, COMPRESSOR_QUERIES), device)
+
+        lr = learning_rate(step, hp["lr"], hp["warmup"], hp["steps"])
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss, ce, stop, acc = batch_loss(model, batch, 1.0, hp["stop_pos_weight"])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        batch_in_epoch += 1
+
+        window["loss"] += loss.detach()
+        window["ce"] += ce.detach()
+        window["stop"] += stop.detach()
+        window["acc"] += acc.detach()
+        window["n"] += 1
+        window["frames"] += int(batch["frames"].shape[0])
+        if step % args.log_every == 0 or step == hp["steps"]:
+            n, dt = window["n"], time.time() - window["t"]
+            record = {"step": step, "epoch": epoch, "lr": lr, "loss": float(window["loss"]) / n,
+                      "ce": float(window["ce"]) / n, "stop": float(window["stop"]) / n,
+                      "accuracy": float(window["acc"]) / n,
+                      "frames_per_s": window["frames"] / max(dt, 1e-9), "elapsed_s": time.time() - started}
+            if args.eval_every and step % args.eval_every == 0 and valid_batches:
+                v = validate()
+                record.update(valid_loss=v[0], valid_ce=v[1], valid_stop=v[2])
+            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()),
+                  flush=True)
+            with open(log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+            window = {"loss": 0.0, "ce": 0.0, "stop": 0.0, "acc": 0.0, "n": 0, "frames": 0, "t": time.time()}
+        if args.save_every and time.time() - last_save > args.save_every * 60:
+            save_checkpoint(run_dir, model, optimizer, snapshot())
+            last_save = time.time()
+
+    save_checkpoint(run_dir, model, optimizer, snapshot())
+    print(f"{'finished' if finished else 'stopped'} at step {step} of {hp['steps']}; checkpoint in "
+          f"{run_dir / CHECKPOINT} ({time.time() - started:.0f} s)", flush=True)
+    return 0
+
+
+# ---- export --------------------------------------------------------------------------------------
+
+def export_checkpoint(run_dir, out_dir):
+    """RUN/checkpoint → a published-layout checkpoint directory (§2.4), weights in bf16."""
+    from safetensors.torch import save_file
+
+    restored = read_checkpoint(run_dir)
+    if restored is None:
+        raise SystemExit(f"{run_dir} has no {CHECKPOINT}/")
+    state, tensors = restored
+    spec = state["model"]
+    model = build_model(spec)
+    load_model_weights(model, tensors, "model/")
+    weights = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    os.chmod(out / "model.safetensors", 0o644)
+    backbone = spec["backbone"]
+    with open(out / "config.json", "w", encoding="utf-8") as f:
+        json.dump(backbone, f, indent=2)
+        f.write("\n")
+    with open(out / "gepard_config.json", "w", encoding="utf-8") as f:
+        json.dump(gepard_dict(spec["shape"], backbone, spec["special"], spec["head_levels"]), f, indent=2)
+        f.write("\n")
+    shutil.copyfile(pathlib.Path(run_dir) / "tokenizer.json", out / "tokenizer.json")
+    hp = state["train"]
+    metadata = {"recipe": "tools/voice/lm.py", "step": state["step"], "parameters": state["parameters"],
+                "default_speaker": hp.get("default_speaker"), "exclude_speakers": hp.get("exclude_speakers"),
+                "default_voice": "no prefix (K = 0) speaks as default_speaker"}
+    with open(out / "training_metadata.json", "w", encoding="utf-8") as f:
+        json.dump(metadata, f, indent=2)
+        f.write("\n")
+    size = (out / "model.safetensors").stat().st_size
+    print(f"{out}: {len(weights)} tensors, {state['parameters'] / 1e6:.2f} M parameters, "
+          f"model.safetensors {size / 2**20:.1f} MiB (step {state['step']})")
+    return out
+
+
+def cmd_export(args):
+    export_checkpoint(args.run, args.out_dir)
+    return 0
+
+
+# ---- sample --------------------------------------------------------------------------------------
+
+def spec_from_export(model_dir):
+    d = pathlib.Path(model_dir)
+    with open(d / "gepard_config.json", encoding="utf-8") as f:
+        gepard = json.load(f)
+    with open(d / "config.json", encoding="utf-8") as f:
+        backbone = json.load(f)
+    compressor = gepard["voice_cloning"]["compressor"]
+    shape = {"audio_embed_dim": gepard["audio_embed_dim"], "compressor_heads": compressor["num_heads"],
+             "compressor_ffn_multiplier": compressor["ffn_hidden_size_multiplier"]}
+    special = dict(gepard["special_tokens"])
+    return {"shape": shape, "backbone": backbone, "head_levels": list(gepard["audio_heads"].values()),
+            "special": special}
+
+
+def load_for_inference(path, device):
+    """A GepardLM in bf16 with eager attention (the runner's numerics, §1.4, §1.5) from an export
+    directory or a run directory, and its special ids and tokenizer path."""
+    from safetensors.torch import load_file
+
+    path = pathlib.Path(path)
+    if (path / "model.safetensors").exists():
+        spec = spec_from_export(path)
+        model = build_model(spec, "eager")
+        load_model_weights(model, load_file(str(path / "model.safetensors")))
+    else:
+        restored = read_checkpoint(path)
+        if restored is None:
+            raise SystemExit(f"{path} is neither an exported model nor a run directory with a checkpoint")
+        state, tensors = restored
+        spec = state["model"]
+        model = build_model(spec, "eager")
+        load_model_weights(model, tensors, "model/")
+    model.eval()
+    # the runner's cast: parameters and buffers to bf16; inv_freq is bf16-valued already (§1.5)
+    model.to(device, dtype=torch.bfloat16)
+    return model, spec["special"], path / "tokenizer.json"
+
+
+def pick_frame(model, hidden, greedy, temperature, top_k, generator):
+    """§3.4 per-head sampling on fp32-cast bf16 logits: ÷ temperature, top-k with ties, softmax."""
+    logits = model.head_logits(hidden[None])[0]  # [32, L], invalid levels at −1e9
+    if greedy:
+        return logits.argmax(-1).tolist()
+    if temperature != 1.0:
+        logits = logits / temperature
+    if top_k > 0:
+        k = torch.tensor([min(top_k, level) for level in model.head_levels], device=logits.device)
+        kth = torch.sort(logits, dim=-1, descending=True).values.gather(1, (k - 1)[:, None])
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs.cpu(), 1, generator=generator)[:, 0].tolist()
+
+
+@torch.no_grad()
+def generate(model, ids, prefix=None, max_frames=2000, greedy=True, temperature=0.4, top_k=0, seed=0):
+    """§3.3/§3.4: prefill over [prefix | ids], frame 0 from the SOS position, then one cached decode
+    step per frame with the stop check before each further frame. → (frames [T, 32] int32, stopped)."""
+    device = model.null_prefix.device
+    generator = torch.Generator().manual_seed(seed)
+    embeds = model.model.embed_tokens(torch.tensor(ids, device=device))
+    if prefix is not None:
+        embeds = torch.cat([prefix.to(embeds.dtype), embeds])
+    mask = torch.ones(1, embeds.shape[0], dtype=torch.long, device=device)
+    out = model.model(inputs_embeds=embeds[None], attention_mask=mask, use_cache=True)
+    cache = out.past_key_values
+    frames = [pick_frame(model, out.last_hidden_state[0, -1], greedy, temperature, top_k, generator)]
+    stopped = False
+    while len(frames) < max_frames:
+        e = model.embed_frames(torch.tensor([frames[-1]], device=device))
+        mask = torch.ones(1, cache.get_seq_length() + 1, dtype=torch.long, device=device)
+        out = model.model(inputs_embeds=e[None], attention_mask=mask, past_key_values=cache, use_cache=True)
+        cache = out.past_key_values
+        h = out.last_hidden_state[0, -1]
+        if float(torch.sigmoid(model.stop_head(h))[0]) > STOP_THRESHOLD:  # bf16 sigmoid (§3.4)
+            stopped = True
+            break
+        frames.append(pick_frame(model, h, greedy, temperature, top_k, generator))
+    return torch.tensor(frames, dtype=torch.int32), stopped
+
+
+@torch.no_grad()
+def forced_outputs(model, ids, prefix, frames):
+    """The runner's schedule with given frames [F, 32]: prefill, then one cached decode step per
+    frame. → (head logits [F+1, 32, max L] fp32, stop logits [F+1] fp32); row j follows frames[:j]."""
+    device = model.null_prefix.device
+    embeds = model.model.embed_tokens(torch.tensor(ids, device=device))
+    if prefix is not None:
+        embeds = torch.cat([prefix.to(embeds.dtype), embeds])
+    mask = torch.ones(1, embeds.shape[0], dtype=torch.long, device=device)
+    out = model.model(inputs_embeds=embeds[None], attention_mask=mask, use_cache=True)
+    cache, rows = out.past_key_values, [out.last_hidden_state[0, -1]]
+    for frame in torch.as_tensor(frames, dtype=torch.long, device=device):
+        mask = torch.ones(1, cache.get_seq_length() + 1, dtype=torch.long, device=device)
+        out = model.model(inputs_embeds=model.embed_frames(frame[None])[None], attention_mask=mask,
+                          past_key_values=cache, use_cache=True)
+        cache = out.past_key_values
+        rows.append(out.last_hidden_state[0, -1])
+    hidden = torch.stack(rows)
+    return model.head_logits(hidden), model.stop_head(hidden)[:, 0].float()
+
+
+def read_ref_codes(path, ref_id=None):
+    """Reference codes [T, 32]: a safetensors file's "codes", or utterance ref_id of a codes.pt."""
+    if str(path).endswith(".safetensors"):
+        from safetensors.torch import load_file
+        return load_file(str(path))["codes"].long()
+    _, records = load_codes(path)
+    for r in records:
+        if str(r["id"]) == str(ref_id):
+            return torch.as_tensor(r["codes"]).long()
+    raise SystemExit(f"{path} has no utterance {ref_id!r} (give --ref-id)")
+
+
+def cmd_sample(args):
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    model, special, tokenizer_path = load_for_inference(args.model, device)
+    if args.ids:
+        ids = [int(x) for x in args.ids.replace(",", " ").split()]
+    else:
+        tokens = Tokenizer.from_file(str(tokenizer_path)).encode(args.text, add_special_tokens=False).ids
+        ids = text_layout(tokens, special)
+    prefix = None
+    if args.prefix:
+        from safetensors.torch import load_file
+        prefix = load_file(args.prefix)["prefix"].to(device, torch.bfloat16)
+    elif args.ref_codes:
+        codes = read_ref_codes(args.ref_codes, args.ref_id).to(device)
+        with torch.no_grad():
+            prefix = model.ref_compressor(codes[None])[0]
+    elif args.voice == "null":
+        prefix = model.null_prefix
+    frames, stopped = generate(model, ids, prefix, args.max_frames, args.greedy, args.temperature,
+                               args.top_k, args.seed)
+    if args.output:
+        # "frames" as gepard-inspect generate writes them, "codes" as gepard-codec-tool decode reads them
+        save_file({"frames": frames.contiguous(), "codes": frames.clone()}, args.output)
+    print(f"{len(ids)} ids, {'prefix of 8' if prefix is not None else 'no prefix'}: {frames.shape[0]} frames "
+          f"({frames.shape[0] / 21.5:.2f} s), {'stopped' if stopped else 'hit --max-frames'}"
+          + (f" → {args.output}" if args.output else ""))
+    return 0
+
+
+# ---- command line --------------------------------------------------------------------------------
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train or resume (RUN/checkpoint/)")
+    t.add_argument("--data", required=True, help="codes.pt from tools/voice/codec.py")
+    t.add_argument("--run", required=True, help="run directory (checkpoint, tokenizer.json, train.log)")
+    t.add_argument("--tokenizer", help="tokenizer.json from tools/voice/tokenizer.py (copied into RUN)")
+    t.add_argument("--resume", action="store_true", help="continue RUN/checkpoint if there is one")
+    t.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    for key in PRESETS["default"]:
+        t.add_argument("--" + key.replace("_", "-"), dest=key, type=int, help="override the preset")
+    t.add_argument("--steps", type=int, default=None, help=f"optimizer steps in all (default {DEFAULT_STEPS})")
+    t.add_argument("--time-limit", type=float, default=0, help="save and stop after this many minutes")
+    t.add_argument("--save-every", type=float, default=10, help="save every this many minutes (default 10)")
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--warmup", type=int, default=1000)
+    t.add_argument("--weight-decay", type=float, default=0.1)
+    t.add_argument("--max-tokens", type=int, default=24000, help="padded positions per batch")
+    t.add_argument("--max-batch", type=int, default=96)
+    t.add_argument("--max-frames", type=int, default=600, help="skip longer utterances (frames)")
+    t.add_argument("--seed", type=int, default=1234)
+    t.add_argument("--valid-count", type=int, default=64, help="utterances held back for validation loss")
+    t.add_argument("--stop-pos-weight", type=float, default=1.0)
+    t.add_argument("--p-default-none", type=float, default=0.5,
+                   help="share of the default speaker's examples without a prefix")
+    t.add_argument("--p-null", type=float, default=0.15, help="share of examples with the null prefix")
+    t.add_argument("--default-speaker", help="the speaker of the default voice (default: most audio)")
+    t.add_argument("--exclude-speaker", action="append", help="leave this speaker out (repeatable)")
+    t.add_argument("--device", help="cuda or cpu (default: cuda if there is one)")
+    t.add_argument("--precision", choices=("bf16", "fp32"), default="bf16", help="autocast on CUDA")
+    t.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    t.add_argument("--log-every", type=int, default=100)
+    t.add_argument("--eval-every", type=int, default=1000)
+
+    e = sub.add_parser("export", help="write a published-layout checkpoint directory")
+    e.add_argument("run", help="run directory")
+    e.add_argument("out_dir")
+
+    s = sub.add_parser("sample", help="generate frames for a sentence (codes out)")
+    s.add_argument("model", help="exported directory or run directory")
+    s.add_argument("--text", help="the sentence")
+    s.add_argument("--ids", help="laid-out ids instead of --text")
+    s.add_argument("--voice", choices=("default", "null"), default="default",
+                   help="default: no prefix (the engine's default voice); null: the null prefix")
+    s.add_argument("--ref-codes", help="reference codes: safetensors with \"codes\" [T, 32], or codes.pt")
+    s.add_argument("--ref-id", help="with a codes.pt --ref-codes: the utterance id")
+    s.add_argument("--prefix", help="a given prefix: safetensors with \"prefix\" [K, H] (e.g. from "
+                   "gepard-inspect lm), instead of computing one")
+    s.add_argument("--greedy", action="store_true", help="argmax per head")
+    s.add_argument("--temperature", type=float, default=0.4)
+    s.add_argument("--top-k", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--max-frames", type=int, default=2000)
+    s.add_argument("--output", help="safetensors file: \"frames\" (and the same as \"codes\") [T, 32] int32")
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--threads", type=int, default=0)
+
+    args = parser.parse_args(argv)
+    if args.command == "train":
+        return cmd_train(args)
+    if args.command == "export":
+        return cmd_export(args)
+    if not args.text and not args.ids:
+        parser.error("sample needs --text or --ids")
+    return cmd_sample(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
