@@ -108,35 +108,36 @@ SMALL_NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", 
                  "seventeen", "eighteen", "nineteen"]
 TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 
-# held-out vocabulary: none of these words occurs in a train sentence
+# held-out vocabulary: none of these words occurs in a train sentence, and every one is in
+# pocketsphinx-en-us's dictionary (the recognition test spells the numbers out)
 HELDOUT_NAMES = [
-    "Bartholomew", "Cassandra", "Desmond", "Esmeralda", "Fitzgerald", "Gwendolyn", "Horatio",
+    "Bartholomew", "Cassandra", "Desmond", "Rupert", "Fitzgerald", "Gwendolyn", "Horatio",
     "Imogen", "Jeremiah", "Katarina", "Leopold", "Millicent", "Nathaniel", "Ophelia", "Percival",
     "Rosalind", "Sebastian", "Theodora", "Ulysses", "Valentina", "Winifred", "Xavier", "Yolanda",
     "Zachariah", "Archibald", "Beatrix", "Cornelius", "Delphine", "Ebenezer", "Florentina",
     "Gideon", "Henrietta", "Ignatius", "Josephine", "Lysander", "Marguerite", "Octavius",
     "Penelope", "Reginald", "Seraphina", "Tobias", "Evangeline", "Maximilian", "Anastasia",
-    "Barnaby", "Clementine", "Ferdinand", "Genevieve", "Humphrey", "Isadora",
+    "Barnaby", "Clementine", "Ferdinand", "Genevieve", "Humphrey", "Gertrude",
 ]
 HELDOUT_VERBS = [
     "painted", "juggled", "polished", "repaired", "borrowed", "photographed", "measured",
     "decorated", "inspected", "assembled", "sharpened", "weighed", "folded", "planted", "stitched",
     "harvested", "engraved", "varnished", "sketched", "dismantled", "catalogued", "scrubbed",
     "labelled", "refurbished", "sorted", "calibrated", "ironed", "sanded", "glazed", "restored",
-    "auctioned", "stacked", "tuned", "baked", "rinsed", "carved", "knitted", "brewed", "welded",
-    "smuggled", "rescued", "hammered", "chiselled", "feathered", "whittled", "quilted", "embroidered",
+    "auctioned", "stacked", "tuned", "baked", "washed", "carved", "knitted", "brewed", "welded",
+    "smuggled", "rescued", "hammered", "scraped", "feathered", "whittled", "quilted", "embroidered",
     "buttered", "pickled", "bottled",
 ]
 HELDOUT_OBJECTS = [
     "violins", "lanterns", "telescopes", "kettles", "saddles", "hammocks", "trumpets", "canoes",
-    "accordions", "chandeliers", "typewriters", "wheelbarrows", "harpsichords", "tambourines",
-    "compasses", "gramophones", "anchors", "easels", "xylophones", "sundials", "bagpipes",
-    "barometers", "cauldrons", "banjos", "lighthouses",
+    "accordions", "chandeliers", "typewriters", "wheelbarrows", "pianos", "drums",
+    "candles", "radios", "anchors", "ladders", "guitars", "clocks", "bagpipes",
+    "barometers", "buckets", "fiddles", "lighthouses",
 ]
 HELDOUT_PLACES = [
-    "Reykjavik", "Marrakesh", "Valparaiso", "Timbuktu", "Kathmandu", "Zanzibar", "Samarkand",
-    "Ushuaia", "Tasmania", "Patagonia", "Casablanca", "Saskatoon", "Winnipeg", "Anchorage",
-    "Honolulu", "Santiago", "Nairobi", "Mandalay", "Tallinn", "Ljubljana", "Bratislava", "Zagreb",
+    "Reykjavik", "Madrid", "Valparaiso", "Timbuktu", "Kathmandu", "Zanzibar", "Samarkand",
+    "Lisbon", "Tasmania", "Patagonia", "Casablanca", "Saskatoon", "Winnipeg", "Anchorage",
+    "Honolulu", "Santiago", "Nairobi", "Mandalay", "Dublin", "Ljubljana", "Bratislava", "Zagreb",
     "Montevideo", "Asuncion", "Galway",
 ]
 # words that drop a fortune sentence (mild profanity, sexual and violent words)
