@@ -135,6 +135,31 @@ def test_state_dict_matches_published_layout():
     assert got == expected
 
 
+def test_data_dependent_start_gives_the_codes_something_to_say(data_dir):
+    """initialize_from_data: with torch's default init the narrow encoder's latent is nearly
+    constant over time, so every frame gets the same code; after it the codes vary and the
+    decoder's output is as loud as the audio, without an offset."""
+    segments = fixed_segments(data_dir, frames=16)
+    torch.manual_seed(0)
+    model = codec.NanoCodec(**TINY)
+    assert codec.codes_used(model, segments) < 1.5
+    codec.initialize_from_data(model, segments)
+    assert codec.codes_used(model, segments) > 3.0
+    with torch.no_grad():
+        y, _ = model(segments)
+    ratio = float(y.std()) / float(segments.std())
+    print(f"\ncodes used {codec.codes_used(model, segments):.2f}, output/audio deviation {ratio:.3f}")
+    assert 0.5 < ratio < 2.0 and abs(float(y.mean())) < 0.1 * float(segments.std())
+
+
+def test_latent_bound_loss_only_beyond_the_bound():
+    quantizer = codec.GroupFSQ()
+    inside = torch.zeros(1, 32, 4) - quantizer.shift
+    assert float(codec.latent_bound_loss(quantizer, inside + 1.9, 2.0)) == 0.0
+    outside = inside + 3.0
+    assert float(codec.latent_bound_loss(quantizer, outside, 2.0)) == pytest.approx(1.0)
+
+
 def fixed_segments(data_dir, frames=8, count=4):
     rows = codec.read_index(data_dir, "train")[:count]
     out = []
@@ -177,6 +202,22 @@ def test_training_reduces_loss_and_resumes(data_dir, trained):
     state = torch.load(ckpt, map_location="cpu", weights_only=True)
     assert state["step"] == 20 and state["widths"] == TINY
     assert all(m is not None and m.dtype == torch.bfloat16 for m in state["exp_avg"])
+
+
+def test_frozen_encoder_keeps_the_codes(data_dir, trained, tmp_path):
+    """--freeze-encoder-after: the decoder trains on, the encoder (hence every code) stays as it was."""
+    _, ckpt = trained
+    frozen = tmp_path / "frozen.pt"
+    shutil.copy(ckpt, frozen)
+    codec.main(["train", str(data_dir), "--ckpt", str(frozen), "--resume", "--steps", "24",
+                "--freeze-encoder-after", "0", "--batch", "2", "--device", "cpu"])
+    before = torch.load(ckpt, map_location="cpu", weights_only=True)
+    after = torch.load(frozen, map_location="cpu", weights_only=True)
+    assert after["step"] == 24 and after["freeze_encoder_after"] == 0
+    encoder = [k for k in before["model"] if k.startswith("audio_encoder.")]
+    decoder = [k for k in before["model"] if k.startswith("audio_decoder.")]
+    assert encoder and all(torch.equal(before["model"][k], after["model"][k]) for k in encoder)
+    assert any(not torch.equal(before["model"][k], after["model"][k]) for k in decoder)
 
 
 def run_tool(*args):

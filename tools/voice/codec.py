@@ -10,9 +10,14 @@ channel counts differ (defaults: decoder base 160 instead of 864, encoder base 4
 The exported ``.nemo`` therefore loads in gepard-core (and in codec_reference.py) like the
 published checkpoint.
 
-Training: random 1–2 s segments (a whole number of frames) of the espeak-ng speech from
+Training: random segments of 32 frames (1.5 s) of the espeak-ng speech from
 tools/voice/speech.py, straight-through FSQ, multi-resolution STFT loss (spectral convergence +
-log magnitude) plus multi-resolution log-mel L1, AdamW, bf16 autocast on CUDA. All training audio
+log magnitude) plus multi-resolution log-mel L1, AdamW, bf16 autocast on CUDA. A fresh run starts
+from a data-dependent init (initialize_from_data) and keeps the FSQ's tanh inputs within ±2
+(latent_bound_loss): without both, the narrow encoder's codes collapse to one value per channel
+within the first minutes (seen on the GPU: 1.0 distinct codes per channel after 2.5 min, against
+6.4 of about 6.75 with them) and the LM then has nothing to learn. The validation line reports
+``codes_used``, the distinct codes per channel, to watch for it. All training audio
 is held in (GPU) memory as int16. Training is resumable: the checkpoint holds the fp32 weights,
 AdamW's moments in bf16 (8 bytes per parameter in all; about 16 MB at the default width), the step
 and the widths; it is written every --save-minutes and when --time-limit or --steps is reached.
@@ -434,8 +439,9 @@ def load_codec(path, device="cpu"):
 # ---- training checkpoints ---------------------------------------------------------------------------
 
 
-def save_checkpoint(path, model, optimizer, step):
-    """fp32 weights, AdamW moments in bf16, step and widths; written atomically."""
+def save_checkpoint(path, model, optimizer, progress):
+    """fp32 weights, AdamW moments in bf16, the progress dict (step, trained_s, plan) and widths;
+    written atomically."""
     exp_avg, exp_avg_sq = [], []
     for p in model.parameters():
         state = optimizer.state.get(p, {})
@@ -444,7 +450,7 @@ def save_checkpoint(path, model, optimizer, step):
     ckpt = {
         "version": CHECKPOINT_VERSION,
         "widths": model.widths(),
-        "step": step,
+        **progress,
         "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "exp_avg": exp_avg,
         "exp_avg_sq": exp_avg_sq,
@@ -456,19 +462,29 @@ def save_checkpoint(path, model, optimizer, step):
     os.replace(tmp, path)
 
 
+PROGRESS_DEFAULTS = {"step": 0, "trained_s": 0.0, "total_steps": 100000, "minutes": None,
+                     "freeze_encoder_after": None, "finished": False}
+
+
+def read_progress(path):
+    """The progress dict of a checkpoint (without loading it into a model)."""
+    ckpt = torch.load(str(path), map_location="cpu", weights_only=True)
+    return {k: ckpt.get(k, v) for k, v in PROGRESS_DEFAULTS.items()}
+
+
 def restore_checkpoint(path, model, optimizer):
-    """Loads weights and moments into model/optimizer; returns the step."""
+    """Loads weights and moments into model/optimizer; returns the progress dict."""
     ckpt = torch.load(str(path), map_location="cpu", weights_only=True)
     if ckpt.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"{path}: checkpoint version {ckpt.get('version')}, expected {CHECKPOINT_VERSION}")
     model.load_state_dict(ckpt["model"])
-    step = int(ckpt["step"])
+    progress = {k: ckpt.get(k, v) for k, v in PROGRESS_DEFAULTS.items()}
     for p, m, v in zip(model.parameters(), ckpt["exp_avg"], ckpt["exp_avg_sq"]):
         if m is not None:
-            optimizer.state[p] = {"step": torch.tensor(float(step)),
+            optimizer.state[p] = {"step": torch.tensor(float(progress["step"])),
                                   "exp_avg": m.to(p.device, torch.float32),
                                   "exp_avg_sq": v.to(p.device, torch.float32)}
-    return step
+    return progress
 
 
 # ---- losses -----------------------------------------------------------------------------------------
@@ -522,6 +538,50 @@ class SpectralLoss(nn.Module):
 def snr_db(reference, estimate):
     noise = (reference - estimate).pow(2).sum()
     return float(10 * torch.log10(reference.pow(2).sum() / noise.clamp_min(1e-12)))
+
+
+@torch.no_grad()
+def initialize_from_data(model, audio, passes=2):
+    """Data-dependent start (layer-sequential unit variance): each encoder conv's weight-norm gain
+    and bias are set so that its output over ``audio`` [B, N] has zero mean and unit deviation, and
+    the decoder's last conv so that its output is as loud as the audio. With torch's default init
+    the narrow encoder's latent barely varies over time (deviation ~1e-4), every code is the same
+    from the first step, the decoder learns to ignore them and the encoder never recovers."""
+    x = audio.unsqueeze(1)
+    convs = [m for m in model.audio_encoder.modules() if isinstance(m, nn.Conv1d)]
+    for _ in range(passes):
+        for conv in convs:
+            seen = {}
+            hook = conv.register_forward_hook(lambda module, inputs, output: seen.setdefault("out", output))
+            model.audio_encoder(x)
+            hook.remove()
+            out = seen["out"]
+            std = float(out.std()) + 1e-8
+            conv.parametrizations.weight.original0.mul_(1.0 / std)
+            conv.bias.sub_(out.mean(dim=(0, 2))).div_(std)
+    post = model.audio_decoder.post_conv.conv
+    seen = {}
+    hook = post.register_forward_hook(lambda module, inputs, output: seen.setdefault("out", output))
+    model.audio_decoder(model.vector_quantizer(model.audio_encoder(x)))
+    hook.remove()
+    out = seen["out"]
+    scale = float(audio.std()) / (float(out.std()) + 1e-8)
+    post.parametrizations.weight.original0.mul_(scale)
+    post.bias.copy_(-scale * (out.mean(dim=(0, 2)) - post.bias))  # no offset: HalfSnake's sin² has one
+
+
+def codes_used(model, audio):
+    """Distinct codes per channel over ``audio`` [B, N], averaged over the 32 channels (of 6–8 levels):
+    1.0 is a collapsed encoder whose codes carry nothing."""
+    codes = model.encode(audio)
+    return sum(len(torch.unique(codes[:, c])) for c in range(codes.shape[1])) / codes.shape[1]
+
+
+def latent_bound_loss(quantizer, latent, bound):
+    """Mean squared excess of the FSQ's tanh input beyond ±bound. The straight-through gradient
+    keeps pushing saturated latents outward, and Adam turns the vanishing tanh slope into full
+    steps, so without this the latents run off to where every code is an extreme and stays one."""
+    return F.relu((latent.float() + quantizer.shift).abs() - bound).pow(2).mean()
 
 
 # ---- data ---------------------------------------------------------------------------------------
@@ -615,11 +675,11 @@ def exact_fp32():
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
-def learning_rate(step, base, warmup, total):
-    """Linear warmup, then cosine decay to 10 % of base at ``total`` steps (constant after)."""
+def learning_rate(step, base, warmup, progress):
+    """Linear warmup over ``warmup`` steps, then cosine decay to 10 % of base as ``progress`` goes 0 → 1."""
     if step < warmup:
         return base * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    progress = min(1.0, max(0.0, progress))
     return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -627,16 +687,23 @@ def train(args):
     device = pick_device(args.device)
     torch.manual_seed(args.seed)
     ckpt_path = Path(args.ckpt)
-    if args.resume and ckpt_path.exists():
+    resuming = args.resume and ckpt_path.exists()
+    if resuming:
         widths = torch.load(str(ckpt_path), map_location="cpu", weights_only=True)["widths"]
     else:
         widths = {"decoder_channels": args.decoder_channels, "encoder_channels": args.encoder_channels}
     model = NanoCodec(**widths).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.8, 0.99), weight_decay=0.01)
-    step = 0
-    if args.resume and ckpt_path.exists():
-        step = restore_checkpoint(ckpt_path, model, optimizer)
-        print(f"codec: resumed {ckpt_path} at step {step}")
+    progress = dict(PROGRESS_DEFAULTS)
+    if resuming:
+        progress.update(restore_checkpoint(ckpt_path, model, optimizer))
+        print(f"codec: resumed {ckpt_path} at step {progress['step']} ({progress['trained_s'] / 60:.1f} min trained)")
+    # the plan: a new run takes it from the options; a resumed one keeps its own unless given a new one
+    if not resuming or args.minutes is not None or args.total_steps is not None:
+        progress["minutes"] = args.minutes
+        progress["total_steps"] = args.total_steps if args.total_steps is not None else 100000
+    if args.freeze_encoder_after is not None:
+        progress["freeze_encoder_after"] = args.freeze_encoder_after
     print(f"codec: {parameter_count(model.audio_encoder)} encoder + {parameter_count(model.audio_decoder)} "
           f"decoder parameters, widths {widths}, device {device}")
 
@@ -646,9 +713,15 @@ def train(args):
     t0 = time.time()
     audio, offsets, lengths = load_audio(args.data, rows)
     print(f"codec: {len(rows)} utterances, {audio.size / SAMPLE_RATE / 3600:.2f} h loaded in {time.time() - t0:.1f} s")
-    sampler = SegmentSampler(audio, offsets, lengths, device, args.seed + step)
+    sampler = SegmentSampler(audio, offsets, lengths, device, args.seed + progress["step"])
+    if not resuming:
+        initialize_from_data(model, sampler.sample(min(args.batch, 16), args.min_frames, args.min_frames))
     loss_fn = SpectralLoss().to(device)
     valid_batch = validation_batch(args.data, device)
+    use_bf16 = device.type == "cuda"
+    torch.backends.cudnn.benchmark = True
+    compile_model = args.compile if args.compile is not None else device.type == "cuda"
+    forward = torch.compile(model) if compile_model else model
 
     def report_validation():
         if valid_batch is None:
@@ -658,49 +731,95 @@ def train(args):
             y, _ = model(valid_batch)
         losses = loss_fn(y.float(), valid_batch)
         model.train()
-        print(f"step {step} valid (held-out speaker) " + " ".join(f"{k} {float(v):.4f}" for k, v in losses.items())
-              + f" snr_db {snr_db(valid_batch, y.float()):.2f}", flush=True)
-    use_bf16 = device.type == "cuda"
-    torch.backends.cudnn.benchmark = True  # ~22 segment lengths, each tuned once
+        print(f"step {progress['step']} valid (held-out speaker) "
+              + " ".join(f"{k} {float(v):.4f}" for k, v in losses.items())
+              + f" snr_db {snr_db(valid_batch, y.float()):.2f} codes_used {codes_used(model, valid_batch):.2f}",
+              flush=True)
 
-    start = time.time()
-    last_save = last_log = start
-    log_sums, log_count = {}, 0
-    model.train()
-    while True:
-        elapsed = time.time() - start
-        if (args.steps is not None and step >= args.steps) or (args.time_limit and elapsed >= args.time_limit * 60):
-            break
-        lr = learning_rate(step, args.lr, args.warmup, args.total_steps)
+    def encoder_frozen():
+        after = progress["freeze_encoder_after"]
+        return after is not None and progress["trained_s"] >= after * 60
+
+    def plan_done():
+        if progress["minutes"]:
+            return progress["trained_s"] >= progress["minutes"] * 60
+        return progress["step"] >= progress["total_steps"]
+
+    def schedule():
+        if progress["minutes"]:
+            return progress["trained_s"] / (progress["minutes"] * 60)
+        return (progress["step"] - args.warmup) / max(1, progress["total_steps"] - args.warmup)
+
+    def one_step(fn, lr):
         for group in optimizer.param_groups:
             group["lr"] = lr
         x = sampler.sample(args.batch, args.min_frames, args.max_frames)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-            y, _ = model(x)
+            y, latent = fn(x)
         losses = loss_fn(y.float(), x)
-        loss = losses["sc"] + losses["logmag"] + args.mel_weight * losses["mel"]
+        losses["bound"] = latent_bound_loss(model.vector_quantizer, latent, args.latent_bound)
+        loss = losses["sc"] + losses["logmag"] + args.mel_weight * losses["mel"] + args.bound_weight * losses["bound"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
-        step += 1
-        for k, v in {**losses, "loss": loss, "grad": grad_norm}.items():
+        return {**losses, "loss": loss, "grad": grad_norm}
+
+    start = time.time()
+    trained_before = progress["trained_s"]
+    last_save = last_log = start
+    log_sums, log_count = {}, 0
+    model.train()
+    frozen = None
+    why = "time limit"
+    while True:
+        progress["trained_s"] = trained_before + time.time() - start
+        if plan_done():
+            progress["finished"], why = True, "end of the plan"
+            break
+        if args.steps is not None and progress["step"] >= args.steps:
+            why = "--steps"
+            break
+        if args.until_minutes is not None and progress["trained_s"] >= args.until_minutes * 60:
+            why = "--until-minutes"
+            break
+        if args.time_limit and time.time() - start >= args.time_limit * 60:
+            break
+        if encoder_frozen() != frozen:
+            frozen = encoder_frozen()
+            for p in model.audio_encoder.parameters():
+                p.requires_grad_(not frozen)  # frozen: the codes the LM learns from stay valid
+            if frozen:
+                print(f"codec: encoder frozen from step {progress['step']}", flush=True)
+        lr = learning_rate(progress["step"], args.lr, args.warmup, schedule())
+        try:
+            stats = one_step(forward, lr)
+        except Exception as e:  # noqa: BLE001 -- torch.compile's failures have many types
+            if forward is model:
+                raise
+            print(f"codec: torch.compile failed ({type(e).__name__}: {e}); training without it", flush=True)
+            forward = model
+            stats = one_step(forward, lr)
+        progress["step"] += 1
+        for k, v in stats.items():
             log_sums[k] = log_sums.get(k, 0.0) + v.detach()  # summed on the device: no sync per step
         log_count += 1
-        if step % args.log_every == 0:
+        if progress["step"] % args.log_every == 0:
             means = " ".join(f"{k} {float(v) / log_count:.4f}" for k, v in log_sums.items())
             rate = log_count / max(1e-9, time.time() - last_log)
             last_log = time.time()
-            print(f"step {step} lr {lr:.2e} {means} ({rate:.1f} steps/s)", flush=True)
+            print(f"step {progress['step']} lr {lr:.2e} {means} ({rate:.1f} steps/s)", flush=True)
             log_sums, log_count = {}, 0
         if time.time() - last_save >= args.save_minutes * 60:
-            save_checkpoint(ckpt_path, model, optimizer, step)
+            save_checkpoint(ckpt_path, model, optimizer, progress)
             report_validation()
             last_save = time.time()
-    save_checkpoint(ckpt_path, model, optimizer, step)
+    save_checkpoint(ckpt_path, model, optimizer, progress)
     report_validation()
-    print(f"codec: saved {ckpt_path} at step {step} ({os.path.getsize(ckpt_path) / 2**20:.1f} MiB)")
-    return step
+    print(f"codec: {'finished' if progress['finished'] else 'stopped'} ({why}) at step {progress['step']}, "
+          f"{progress['trained_s'] / 60:.1f} min trained; saved {ckpt_path} "
+          f"({os.path.getsize(ckpt_path) / 2**20:.1f} MiB)")
+    return progress["step"]
 
 
 def export(args):
@@ -797,18 +916,27 @@ def main(argv=None):
     p.add_argument("data")
     p.add_argument("--ckpt", required=True, help="checkpoint file to write (and to resume from)")
     p.add_argument("--resume", action="store_true", help="continue from --ckpt when it exists")
-    p.add_argument("--time-limit", type=float, default=0, help="minutes of training, then save and stop")
+    p.add_argument("--time-limit", type=float, default=0, help="minutes of training in this run, then save and stop")
     p.add_argument("--steps", type=int, help="stop at this total step count (0: just write the initial checkpoint)")
+    p.add_argument("--total-steps", type=int,
+                   help="the plan: the whole training's length in steps, the end of the cosine decay (default 100000)")
+    p.add_argument("--minutes", type=float,
+                   help="the plan in minutes of training time instead of steps (kept in the checkpoint)")
+    p.add_argument("--until-minutes", type=float, help="stop once the training has run this many minutes in all")
+    p.add_argument("--freeze-encoder-after", type=float, metavar="MIN",
+                   help="train the decoder alone once the training has run MIN minutes in all (codes stay fixed)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the model (default: on CUDA)")
     p.add_argument("--save-minutes", type=float, default=5.0)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--min-frames", type=int, default=22, help="shortest segment in frames (~1 s)")
-    p.add_argument("--max-frames", type=int, default=43, help="longest segment in frames (~2 s)")
+    p.add_argument("--min-frames", type=int, default=32, help="shortest segment in frames (~1.5 s)")
+    p.add_argument("--max-frames", type=int, default=32, help="longest segment in frames")
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--warmup", type=int, default=500)
-    p.add_argument("--total-steps", type=int, default=100000,
-                   help="end of the cosine decay: the planned length of the whole training")
     p.add_argument("--mel-weight", type=float, default=1.0)
     p.add_argument("--clip", type=float, default=10.0, help="gradient norm clip")
+    p.add_argument("--latent-bound", type=float, default=2.0, help="FSQ tanh input kept within ±this")
+    p.add_argument("--bound-weight", type=float, default=1.0, help="weight of the latent bound loss")
     p.add_argument("--decoder-channels", type=int, default=DEFAULT_DECODER_CHANNELS)
     p.add_argument("--encoder-channels", type=int, default=DEFAULT_ENCODER_CHANNELS)
     p.add_argument("--limit", type=int, help="train on the first N utterances only")

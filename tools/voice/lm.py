@@ -639,10 +639,11 @@ def make_optimizer(model, lr, weight_decay, betas, fused=False):
     return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
 
 
-def learning_rate(step, peak, warmup, total, floor=0.1):
+def learning_rate(step, peak, warmup, progress, floor=0.1):
+    """Linear warmup over ``warmup`` steps, then cosine decay to ``floor``·peak as progress goes 0 → 1."""
     if step < warmup:
         return peak * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    progress = min(1.0, max(0.0, progress))
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -691,10 +692,13 @@ def cmd_train(args):
                                             "max_frames", "seed", "valid_count", "stop_pos_weight",
                                             "p_default_none", "p_null")}
         hp["steps"] = args.steps if args.steps is not None else DEFAULT_STEPS
+        hp["minutes"] = args.minutes
         hp["exclude_speakers"] = list(args.exclude_speaker or [])
         hp["default_speaker"] = args.default_speaker
     if args.steps is not None and restored is not None:
         hp["steps"] = args.steps  # a resumed run may be given a new end
+    if args.minutes is not None and restored is not None:
+        hp["minutes"] = args.minutes
 
     levels, records = load_codes(args.data)
     utterances, skipped = prepare_utterances(records, levels, tokenizer_path, special, hp["max_frames"],
@@ -711,11 +715,12 @@ def cmd_train(args):
     torch.manual_seed(hp["seed"])
     model = build_model(spec).to(device)
     optimizer = make_optimizer(model, hp["lr"], hp["weight_decay"], (0.9, 0.95), device.type == "cuda")
-    step, epoch, batch_in_epoch = 0, 0, 0
+    step, epoch, batch_in_epoch, trained_s = 0, 0, 0, 0.0
     if restored is not None:
         load_model_weights(model, tensors, "model/")
         restore_optimizer(optimizer, model, tensors, device)
         step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        trained_s = state.get("trained_s", 0.0)
         del tensors
 
     n_params = count_parameters(model)
@@ -726,8 +731,8 @@ def cmd_train(args):
           f"{len(plan.by_speaker)}, default speaker {hp['default_speaker']!r}; device {device}", flush=True)
 
     def snapshot():
-        return {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "model": spec, "train": hp,
-                "parameters": n_params}
+        return {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "trained_s": trained_s,
+                "model": spec, "train": hp, "parameters": n_params}
 
     valid_batches = make_batches(valid_set, hp["max_tokens"], hp["max_batch"], hp["seed"]) if valid_set else []
 
@@ -756,8 +761,17 @@ def cmd_train(args):
     batches = make_batches(train_set, hp["max_tokens"], hp["max_batch"], hp["seed"] * 1000 + epoch)
     window = {"loss": 0.0, "ce": 0.0, "stop": 0.0, "acc": 0.0, "n": 0, "frames": 0, "t": time.time()}
     finished = False
+    trained_before, loop_start = trained_s, time.time()
+
+    def progress():
+        """How far the plan is: by training time when it is in minutes, by steps otherwise."""
+        if hp.get("minutes"):
+            return trained_s / (hp["minutes"] * 60)
+        return (step - hp["warmup"]) / max(1, hp["steps"] - hp["warmup"])
+
     while True:
-        if step >= hp["steps"]:
+        trained_s = trained_before + time.time() - loop_start
+        if (step >= hp["steps"] and not hp.get("minutes")) or (hp.get("minutes") and progress() >= 1.0):
             finished = True
             break
         if args.time_limit and time.time() - started > args.time_limit * 60:
@@ -772,7 +786,7 @@ def cmd_train(args):
             examples.append((train_set[i], mode, ref))
         batch = to_device(collate(examples, COMPRESSOR_QUERIES), device)
 
-        lr = learning_rate(step, hp["lr"], hp["warmup"], hp["steps"])
+        lr = learning_rate(step, hp["lr"], hp["warmup"], progress())
         for group in optimizer.param_groups:
             group["lr"] = lr
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
@@ -809,7 +823,8 @@ def cmd_train(args):
             last_save = time.time()
 
     save_checkpoint(run_dir, model, optimizer, snapshot())
-    print(f"{'finished' if finished else 'stopped'} at step {step} of {hp['steps']}; checkpoint in "
+    plan_text = f"{hp['minutes']:g} min" if hp.get("minutes") else f"{hp['steps']} steps"
+    print(f"{'finished' if finished else 'stopped'} at step {step} ({trained_s / 60:.1f} min) of {plan_text}; checkpoint in "
           f"{run_dir / CHECKPOINT} ({time.time() - started:.0f} s)", flush=True)
     return 0
 
@@ -1023,6 +1038,8 @@ def main(argv=None):
     for key in PRESETS["default"]:
         t.add_argument("--" + key.replace("_", "-"), dest=key, type=int, help="override the preset")
     t.add_argument("--steps", type=int, default=None, help=f"optimizer steps in all (default {DEFAULT_STEPS})")
+    t.add_argument("--minutes", type=float, default=None,
+                   help="plan the whole training in minutes of training time instead of --steps")
     t.add_argument("--time-limit", type=float, default=0, help="save and stop after this many minutes")
     t.add_argument("--save-every", type=float, default=10, help="save every this many minutes (default 10)")
     t.add_argument("--lr", type=float, default=1e-3)

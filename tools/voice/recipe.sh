@@ -4,22 +4,23 @@
 #   tools/voice/recipe.sh RUN [MINUTES]
 #
 # RUN holds what must outlive a machine: codec.ckpt, codec.nemo, tokenizer.json, the LM run in
-# RUN/lm/ (checkpoint shards, train.log) and recipe.log. The data (corpus, espeak-ng speech, codes)
-# are deterministic and are regenerated under VOICE_WORK (default /tmp/voice) when missing. Stages:
+# RUN/lm/ (checkpoint shards, train.log), model/ and recipe.log. The data (corpus, espeak-ng speech,
+# codes) are deterministic and are regenerated under VOICE_WORK (default /tmp/voice) when missing.
+# Stages:
 #
-#   corpus → speech → codec training to CODEC_STEPS → codec eval, export, encode → tokenizer →
-#   LM training to LM_STEPS → LM export to RUN/model/
+#   corpus → speech → codec training, encoder and decoder, for CODEC_ENCODER_MINUTES → codes →
+#   tokenizer → the LM's training and the codec decoder's, side by side on the GPU → exports
 #
-# Each stage that is already done is skipped. The command stops itself after MINUTES (default 23)
-# with every checkpoint saved; running it again (on a fresh machine, RUN carried back) continues.
-# It prints "recipe: finished" once both trainings reached their steps.
+# The codec's encoder is frozen once the codes are taken, so the codes the LM learns from stay the
+# codec's own while its decoder trains on. Each stage already done is skipped. The command stops
+# itself after MINUTES (default 23) with every checkpoint saved; running it again (on a fresh
+# machine, RUN carried back) continues. It prints "recipe: finished" once both trainings are done.
 #
+# Lengths are planned in minutes of training time on the machine at hand (the learning-rate
+# schedules run over them): CODEC_MINUTES (18) in all for the codec, of which the first
+# CODEC_ENCODER_MINUTES (6) train the encoder too, and LM_MINUTES (12). Also: CODEC_ARGS, LM_ARGS
+# (extra options), SPEECH_LIMIT (synthesize only that many train sentences: for a quick trial).
 # espeak-ng and the fortunes come from tools/voice/espeak-prefix.sh where the host lacks them.
-# Length of each training: CODEC_STEPS (12000) and LM_STEPS (8000) optimizer steps, or, with
-# CODEC_MINUTES / LM_MINUTES, as many steps as fit that many minutes on this machine (measured on a
-# first short run, inside the learning-rate warmup). The plan is kept in RUN/codec.steps and
-# RUN/lm.steps, so a resumed run keeps its schedule. Also: CODEC_ARGS, LM_ARGS (extra options),
-# SPEECH_LIMIT (synthesize only that many train sentences: for a quick trial).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -50,85 +51,86 @@ if [ ! -s "$work/data/speech/index.jsonl" ]; then
     ${SPEECH_LIMIT:+--limit "$SPEECH_LIMIT"}
 fi
 
-# plan_steps NAME MINUTES DEFAULT PROBE_STEPS COMMAND…: prints the planned steps of training NAME,
-# planned once (RUN/NAME.steps); with MINUTES, COMMAND --steps PROBE_STEPS runs first and times it
-plan_steps() {
-  local name=$1 minutes=$2 default=$3 probe=$4
-  shift 4
-  if [ ! -s "$run/$name.steps" ]; then
-    if [ -n "$minutes" ]; then
-      local t0 t
-      t0=$(date +%s)
-      "$@" --steps "$probe" >&2
-      t=$(($(date +%s) - t0))
-      echo $((probe * minutes * 60 / (t > 0 ? t : 1))) >"$run/$name.steps"
-      echo "recipe: $name: $probe steps in $t s, planning $(cat "$run/$name.steps") steps for $minutes min" >&2
-    else
-      echo "$default" >"$run/$name.steps"
-    fi
-  fi
-  cat "$run/$name.steps"
-}
+codec_minutes=${CODEC_MINUTES:-18}
+encoder_minutes=${CODEC_ENCODER_MINUTES:-6}
+lm_minutes=${LM_MINUTES:-12}
 
-ckpt_step() {
-  python3 -c 'import sys, torch; print(torch.load(sys.argv[1], map_location="cpu", weights_only=False)["step"])' "$1"
+# codec_reached MIN: the codec has trained MIN minutes in all; codec_finished: to the plan's end
+codec_ckpt_test() {
+  [ -s "$run/codec.ckpt" ] && python3 -c 'import sys, torch
+ckpt = torch.load(sys.argv[1], map_location="cpu", weights_only=True)
+sys.exit(0 if eval(sys.argv[2], {}, {k: ckpt.get(k) for k in ("trained_s", "finished")}) else 1)' "$run/codec.ckpt" "$1"
 }
+codec_reached() { codec_ckpt_test "trained_s >= $1 * 60"; }
+codec_finished() { codec_ckpt_test "finished"; }
 codec_train() {
   # shellcheck disable=SC2086
-  python3 tools/voice/codec.py train "$work/data" --ckpt "$run/codec.ckpt" --resume ${CODEC_ARGS:-} "$@"
+  python3 tools/voice/codec.py train "$work/data" --ckpt "$run/codec.ckpt" --resume \
+    --minutes "$codec_minutes" --freeze-encoder-after "$encoder_minutes" ${CODEC_ARGS:-} "$@"
 }
-codec_steps=$(plan_steps codec "${CODEC_MINUTES:-}" "${CODEC_STEPS:-12000}" "${CODEC_PROBE_STEPS:-500}" codec_train --total-steps 100000)
-codec_done() { [ -s "$run/codec.ckpt" ] && [ "$(ckpt_step "$run/codec.ckpt")" -ge "$codec_steps" ]; }
+lm_train() {
+  # shellcheck disable=SC2086
+  python3 tools/voice/lm.py train --data "$work/data/codes.pt" --run "$run/lm" --tokenizer "$run/tokenizer.json" \
+    --resume --minutes "$lm_minutes" ${LM_ARGS:-} "$@"
+}
 
-if ! codec_done; then
+if ! codec_reached "$encoder_minutes"; then
   budget=$(left 2)
   if [ "$budget" -lt 1 ]; then
     echo "recipe: out of time before the codec; run again"
     exit 0
   fi
-  stage "codec training to step $codec_steps, at most $budget min"
-  codec_train --steps "$codec_steps" --total-steps "$codec_steps" --time-limit "$budget"
-  rm -f "$run/codec.nemo" "$work/data/codes.pt"
-  if ! codec_done; then
+  stage "codec training, encoder and decoder, to $encoder_minutes min; at most $budget min now"
+  codec_train --until-minutes "$encoder_minutes" --time-limit "$budget"
+  rm -f "$work/data/codes.pt"
+  if ! codec_reached "$encoder_minutes"; then
     echo "recipe: stopped in the codec's training; run again"
     exit 0
   fi
 fi
-
-if [ ! -s "$run/codec.nemo" ]; then
-  stage "codec eval and export"
-  python3 tools/voice/codec.py eval "$run/codec.ckpt" "$work/data" --limit 48
-  python3 tools/voice/codec.py eval "$run/codec.ckpt" "$work/data" --split train --limit 48
-  python3 tools/voice/codec.py export "$run/codec.ckpt" "$run/codec.nemo"
-fi
 if [ ! -s "$work/data/codes.pt" ]; then
-  stage encode
-  python3 tools/voice/codec.py encode "$run/codec.nemo" "$work/data"
+  stage "encode (the encoder is frozen from here on)"
+  python3 tools/voice/codec.py encode "$run/codec.ckpt" "$work/data"
 fi
 if [ ! -s "$run/tokenizer.json" ]; then
   stage tokenizer
   python3 tools/voice/tokenizer.py "$work/corpus" --output "$run/tokenizer.json"
 fi
 
-lm_train() {
-  # shellcheck disable=SC2086
-  python3 tools/voice/lm.py train --data "$work/data/codes.pt" --run "$run/lm" --tokenizer "$run/tokenizer.json" \
-    --resume ${LM_ARGS:-} "$@"
-}
-lm_steps=$(plan_steps lm "${LM_MINUTES:-}" "${LM_STEPS:-8000}" "${LM_PROBE_STEPS:-200}" lm_train)
-budget=$(left 1)
+lm_done() { [ -s "$work/lm-train.out" ] && grep -q '^finished' "$work/lm-train.out"; }
+budget=$(left 2)
 if [ "$budget" -lt 1 ]; then
   echo "recipe: out of time before the LM; run again"
   exit 0
 fi
-stage "LM training to step $lm_steps, at most $budget min"
-log=$work/lm-train.out
-lm_train --steps "$lm_steps" --time-limit "$budget" | tee "$log"
-if grep -q '^finished' "$log"; then
+stage "LM training to $lm_minutes min and the codec decoder's to $codec_minutes min, at most $budget min now"
+codec_pid=
+if ! codec_finished; then
+  codec_train --time-limit "$budget" >"$work/codec-train.out" 2>&1 &
+  codec_pid=$!
+fi
+rm -f "$work/lm-train.out"
+lm_train --time-limit "$budget" | tee "$work/lm-train.out"
+if [ -n "$codec_pid" ]; then
+  wait "$codec_pid" || { cat "$work/codec-train.out"; exit 1; }
+  grep -v '^step .* steps/s)$' "$work/codec-train.out" || true
+  tail -n 3 "$work/codec-train.out"
+  rm -f "$run/codec.nemo"
+fi
+
+if codec_finished && [ ! -s "$run/codec.nemo" ]; then
+  stage "codec eval and export"
+  python3 tools/voice/codec.py eval "$run/codec.ckpt" "$work/data" --limit 48
+  python3 tools/voice/codec.py eval "$run/codec.ckpt" "$work/data" --split train --limit 48
+  python3 tools/voice/codec.py export "$run/codec.ckpt" "$run/codec.nemo"
+fi
+if lm_done; then
   stage "LM export"
   rm -rf "$run/model"
   python3 tools/voice/lm.py export "$run/lm" "$run/model"
+fi
+if lm_done && [ -s "$run/codec.nemo" ]; then
   echo "recipe: finished"
 else
-  echo "recipe: stopped in the LM's training; run again"
+  echo "recipe: stopped in the trainings; run again"
 fi

@@ -1,0 +1,146 @@
+"""Forced-choice intelligibility: which of the held-out sentences does each recording say?
+
+pocketsphinx (Debian's pocketsphinx and pocketsphinx-en-us) decodes each recording against a JSGF
+grammar whose only sentences are the candidates, so its transcript is one of them. One word said
+unlike the dictionary's pronunciation (espeak-ng's "Timbuktu", say) can leave that search with no
+path through the grammar and no transcript at all; such a recording is decoded again against a
+second grammar, any sequence of the candidates' words, and that transcript is matched to the
+candidate nearest to it in word edit distance. A recording counts as correct when its candidate
+(alone at its distance) is the sentence it was made from. With the 48 held-out sentences of
+tools/voice/corpus.py (each with its own name, verb and number) chance is about 2 %.
+Numbers are spelled out for the grammar (79 → seventy nine) and punctuation dropped; every word
+of the held-out vocabulary is in the recognizer's dictionary.
+
+Recordings of any rate and format GStreamer reads are converted to 16 kHz mono S16LE with
+gst-launch-1.0 (wavparse ! audioconvert ! audioresample) before decoding.
+
+    python3 tools/voice/intelligibility.py CORPUS_DIR/heldout.jsonl WAV_DIR
+
+reads WAV_DIR/<id>.wav for each sentence, prints each transcript that missed and the accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import number_words  # noqa: E402
+
+MODEL_DIR = Path("/usr/share/pocketsphinx/model/en-us")
+ACOUSTIC_MODEL = MODEL_DIR / "en-us"
+DICTIONARY = MODEL_DIR / "cmudict-en-us.dict"
+
+
+def spoken_words(text):
+    """The words a reader says: lower case, numbers spelled out, hyphens as spaces, no punctuation."""
+    text = re.sub(r"\d+", lambda m: " " + number_words(int(m.group())) + " ", text)
+    text = text.lower().replace("-", " ")
+    return re.findall(r"[a-z']+", text)
+
+
+def dictionary_words(path=DICTIONARY):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return {line.split()[0] for line in f if line.strip()}
+
+
+def sentence_grammar(sentences):
+    """A JSGF grammar whose public rule is exactly the candidate sentences."""
+    alternatives = " |\n    ".join(" ".join(spoken_words(s)) for s in sentences)
+    return f"#JSGF V1.0;\ngrammar candidates;\npublic <sentence> =\n    {alternatives};\n"
+
+
+def word_grammar(sentences):
+    """A JSGF grammar of any sequence of the candidate sentences' words."""
+    words = sorted({w for s in sentences for w in spoken_words(s)})
+    alternatives = " |\n    ".join(words)
+    return f"#JSGF V1.0;\ngrammar candidates;\npublic <sentence> = (\n    {alternatives}\n)+;\n"
+
+
+def edit_distance(a, b):
+    """Word-level Levenshtein distance."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
+    return row[-1]
+
+
+def nearest(transcript, sentences):
+    """Index of the candidate nearest to ``transcript`` (a word list), or None on a tie."""
+    distances = [edit_distance(transcript, spoken_words(s)) for s in sentences]
+    best = min(distances)
+    return distances.index(best) if distances.count(best) == 1 else None
+
+
+def to_raw_16k(wav, raw):
+    """Any recording GStreamer reads → headerless 16 kHz mono S16LE."""
+    subprocess.run(["gst-launch-1.0", "-q", "filesrc", f"location={wav}", "!", "decodebin", "!",
+                    "audioconvert", "!", "audioresample", "!",
+                    "audio/x-raw,format=S16LE,rate=16000,channels=1", "!", "filesink", f"location={raw}"],
+                   check=True, capture_output=True)
+
+
+def recognize(wavs, grammar):
+    """{index: transcript words} for each of ``wavs`` that the search ends in ``grammar``."""
+    if shutil.which("pocketsphinx_batch") is None or not ACOUSTIC_MODEL.is_dir():
+        raise RuntimeError("pocketsphinx_batch and pocketsphinx-en-us are needed: apt-get install pocketsphinx "
+                           "pocketsphinx-en-us")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "candidates.jsgf").write_text(grammar, encoding="utf-8")
+        for i, wav in enumerate(wavs):
+            to_raw_16k(wav, tmp / f"u{i:04d}.raw")
+        (tmp / "list.ctl").write_text("".join(f"u{i:04d}\n" for i in range(len(wavs))))
+        subprocess.run(["pocketsphinx_batch", "-adcin", "yes", "-cepdir", str(tmp), "-cepext", ".raw",
+                        "-samprate", "16000", "-ctl", str(tmp / "list.ctl"),
+                        "-jsgf", str(tmp / "candidates.jsgf"), "-hmm", str(ACOUSTIC_MODEL),
+                        "-dict", str(DICTIONARY), "-hyp", str(tmp / "out.hyp"), "-logfn", str(tmp / "log")],
+                       check=True, capture_output=True)
+        transcripts = {}
+        for line in (tmp / "out.hyp").read_text().splitlines():
+            m = re.match(r"^(.*) \(u(\d+) [-\d]+\)$", line)
+            if m and m.group(1).strip():
+                transcripts[int(m.group(2))] = m.group(1).split()
+    return transcripts
+
+
+def score(wavs, sentences):
+    """(correct, misses): misses lists (sentence, transcript) of the recordings not identified.
+    wavs[i] is a recording of sentences[i]; one with no transcript, or a tie, counts as missed."""
+    transcripts = recognize(wavs, sentence_grammar(sentences))
+    unmatched = [i for i in range(len(wavs)) if i not in transcripts]
+    if unmatched:
+        again = recognize([wavs[i] for i in unmatched], word_grammar(sentences))
+        transcripts.update({unmatched[k]: words for k, words in again.items()})
+    misses = []
+    for i, sentence in enumerate(sentences):
+        heard = transcripts.get(i, [])
+        if nearest(heard, sentences) != i:
+            misses.append((sentence, " ".join(heard)))
+    return len(sentences) - len(misses), misses
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("heldout", help="heldout.jsonl of tools/voice/corpus.py")
+    p.add_argument("wav_dir", help="folder of <id>.wav recordings")
+    args = p.parse_args(argv)
+    rows = [json.loads(line) for line in open(args.heldout, encoding="utf-8") if line.strip()]
+    wavs = [Path(args.wav_dir) / f"{r['id']}.wav" for r in rows]
+    correct, misses = score(wavs, [r["text"] for r in rows])
+    for sentence, heard in misses:
+        print(f"missed: {sentence!r} heard as {heard!r}")
+    print(f"intelligibility: {correct} of {len(rows)} identified ({100.0 * correct / len(rows):.1f} %)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
