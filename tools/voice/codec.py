@@ -481,7 +481,8 @@ def restore_checkpoint(path, model, optimizer):
     progress = {k: ckpt.get(k, v) for k, v in PROGRESS_DEFAULTS.items()}
     for p, m, v in zip(model.parameters(), ckpt["exp_avg"], ckpt["exp_avg_sq"]):
         if m is not None:
-            optimizer.state[p] = {"step": torch.tensor(float(progress["step"])),
+            step_device = p.device if optimizer.defaults.get("capturable") else "cpu"
+            optimizer.state[p] = {"step": torch.tensor(float(progress["step"]), device=step_device),
                                   "exp_avg": m.to(p.device, torch.float32),
                                   "exp_avg_sq": v.to(p.device, torch.float32)}
     return progress
@@ -693,7 +694,17 @@ def train(args):
     else:
         widths = {"decoder_channels": args.decoder_channels, "encoder_channels": args.encoder_channels}
     model = NanoCodec(**widths).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.8, 0.99), weight_decay=0.01)
+    use_graph = bool(args.cuda_graph)
+    if use_graph and device.type != "cuda":
+        raise SystemExit("codec: --cuda-graph needs a CUDA device")
+    if use_graph and args.min_frames != args.max_frames:
+        print("codec: segments of varying length, so no CUDA graph", flush=True)
+        use_graph = False
+    # a graph replays the optimizer's kernels as recorded: its step counts and learning rate must be
+    # device tensors that the replay reads (capturable), not numbers baked in at capture
+    lr_value = torch.tensor(args.lr, device=device) if use_graph else args.lr
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr_value, betas=(0.8, 0.99), weight_decay=0.01,
+                                  capturable=use_graph)
     progress = dict(PROGRESS_DEFAULTS)
     if resuming:
         progress.update(restore_checkpoint(ckpt_path, model, optimizer))
@@ -720,8 +731,6 @@ def train(args):
     valid_batch = validation_batch(args.data, device)
     use_bf16 = device.type == "cuda"
     torch.backends.cudnn.benchmark = True
-    compile_model = args.compile if args.compile is not None else device.type == "cuda"
-    forward = torch.compile(model) if compile_model else model
 
     def report_validation():
         if valid_batch is None:
@@ -750,20 +759,64 @@ def train(args):
             return progress["trained_s"] / (progress["minutes"] * 60)
         return (progress["step"] - args.warmup) / max(1, progress["total_steps"] - args.warmup)
 
-    def one_step(fn, lr):
+    def set_lr(lr):
         for group in optimizer.param_groups:
-            group["lr"] = lr
-        x = sampler.sample(args.batch, args.min_frames, args.max_frames)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-            y, latent = fn(x)
+            if torch.is_tensor(group["lr"]):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
+
+    def step_on(x):
+        """Forward, losses, backward, clip and AdamW on batch x; no host synchronisation."""
+        # autocast's weight cache must be off where the step is recorded into a graph
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16, cache_enabled=False):
+            y, latent = model(x)
         losses = loss_fn(y.float(), x)
         losses["bound"] = latent_bound_loss(model.vector_quantizer, latent, args.latent_bound)
         loss = losses["sc"] + losses["logmag"] + args.mel_weight * losses["mel"] + args.bound_weight * losses["bound"]
-        optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
         return {**losses, "loss": loss, "grad": grad_norm}
+
+    def capture(x):
+        """(graph, its input, its outputs): three warm-up steps on x on a side stream (they train:
+        AdamW's state and cuDNN's algorithm choice are made there), then one step recorded. The
+        small convolutions leave the GPU idle between kernel launches; a replay launches them all
+        at once."""
+        static_x = x.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                optimizer.zero_grad(set_to_none=True)
+                step_on(static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        optimizer.zero_grad(set_to_none=True)  # the recorded backward writes fresh, static gradients
+        with torch.cuda.graph(graph):
+            outputs = step_on(static_x)
+        return graph, static_x, outputs
+
+    captured = None
+
+    def one_step(lr):
+        nonlocal captured, use_graph
+        set_lr(lr)
+        x = sampler.sample(args.batch, args.min_frames, args.max_frames)
+        if use_graph:
+            try:
+                if captured is None:
+                    captured = capture(x)
+                graph, static_x, outputs = captured
+                static_x.copy_(x)
+                graph.replay()
+                return outputs
+            except RuntimeError as e:
+                print(f"codec: no CUDA graph ({e}); training step by step", flush=True)
+                use_graph, captured = False, None
+        optimizer.zero_grad(set_to_none=True)
+        return step_on(x)
 
     start = time.time()
     trained_before = progress["trained_s"]
@@ -789,17 +842,12 @@ def train(args):
             frozen = encoder_frozen()
             for p in model.audio_encoder.parameters():
                 p.requires_grad_(not frozen)  # frozen: the codes the LM learns from stay valid
+                p.grad = None
+            captured = None  # recorded with the encoder's gradients: record again
             if frozen:
                 print(f"codec: encoder frozen from step {progress['step']}", flush=True)
         lr = learning_rate(progress["step"], args.lr, args.warmup, schedule())
-        try:
-            stats = one_step(forward, lr)
-        except Exception as e:  # noqa: BLE001 -- torch.compile's failures have many types
-            if forward is model:
-                raise
-            print(f"codec: torch.compile failed ({type(e).__name__}: {e}); training without it", flush=True)
-            forward = model
-            stats = one_step(forward, lr)
+        stats = one_step(lr)
         progress["step"] += 1
         for k, v in stats.items():
             log_sums[k] = log_sums.get(k, 0.0) + v.detach()  # summed on the device: no sync per step
@@ -925,8 +973,9 @@ def main(argv=None):
     p.add_argument("--until-minutes", type=float, help="stop once the training has run this many minutes in all")
     p.add_argument("--freeze-encoder-after", type=float, metavar="MIN",
                    help="train the decoder alone once the training has run MIN minutes in all (codes stay fixed)")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile the model (default: on CUDA)")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="replay each training step as one CUDA graph (CUDA only; not yet the default: "
+                        "its speed and losses are still to be compared with step-by-step training on a GPU)")
     p.add_argument("--save-minutes", type=float, default=5.0)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--min-frames", type=int, default=32, help="shortest segment in frames (~1.5 s)")

@@ -16,6 +16,11 @@
 # itself after MINUTES (default 23) with every checkpoint saved; running it again (on a fresh
 # machine, RUN carried back) continues. It prints "recipe: finished" once both trainings are done.
 #
+# On a lent GPU machine that is lost between calls, RUN travels back and forth (about 16 MB for
+# codec.ckpt, 6 bytes per LM parameter for RUN/lm/checkpoint: 36 MB at 4 layers, 54 MB at the
+# default 6, beside 11 MB of espeak-ng packages). Once the codec has finished, codec.nemo (8 MB)
+# is all the LM's stage needs of it, and codec.ckpt may stay behind.
+#
 # Lengths are planned in minutes of training time on the machine at hand (the learning-rate
 # schedules run over them): CODEC_MINUTES (18) in all for the codec, of which the first
 # CODEC_ENCODER_MINUTES (6) train the encoder too, and LM_MINUTES (12). Also: CODEC_ARGS, LM_ARGS
@@ -55,8 +60,13 @@ codec_minutes=${CODEC_MINUTES:-18}
 encoder_minutes=${CODEC_ENCODER_MINUTES:-6}
 lm_minutes=${LM_MINUTES:-12}
 
-# codec_reached MIN: the codec has trained MIN minutes in all; codec_finished: to the plan's end
+# codec_reached MIN: the codec has trained MIN minutes in all; codec_finished: to the plan's end.
+# A RUN with codec.nemo and no codec.ckpt holds a finished codec (the checkpoint left behind to
+# carry the LM's instead: see below).
 codec_ckpt_test() {
+  if [ ! -e "$run/codec.ckpt" ] && [ -s "$run/codec.nemo" ]; then
+    return 0
+  fi
   [ -s "$run/codec.ckpt" ] && python3 -c 'import sys, torch
 ckpt = torch.load(sys.argv[1], map_location="cpu", weights_only=True)
 sys.exit(0 if eval(sys.argv[2], {}, {k: ckpt.get(k) for k in ("trained_s", "finished")}) else 1)' "$run/codec.ckpt" "$1"
@@ -90,7 +100,9 @@ if ! codec_reached "$encoder_minutes"; then
 fi
 if [ ! -s "$work/data/codes.pt" ]; then
   stage "encode (the encoder is frozen from here on)"
-  python3 tools/voice/codec.py encode "$run/codec.ckpt" "$work/data"
+  codec_source=$run/codec.ckpt
+  [ -s "$codec_source" ] || codec_source=$run/codec.nemo
+  python3 tools/voice/codec.py encode "$codec_source" "$work/data"
 fi
 if [ ! -s "$run/tokenizer.json" ]; then
   stage tokenizer
