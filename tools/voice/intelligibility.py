@@ -15,14 +15,23 @@ Recordings of any rate and format GStreamer reads are converted to 16 kHz mono S
 gst-launch-1.0 (wavparse ! audioconvert ! audioresample) before decoding.
 
     python3 tools/voice/intelligibility.py CORPUS_DIR/heldout.jsonl WAV_DIR
+    python3 tools/voice/intelligibility.py CORPUS_DIR/heldout.jsonl WAV_DIR --model MODEL [--voice V]
 
 reads WAV_DIR/<id>.wav for each sentence, prints each transcript that missed and the accuracy.
+With --model, the recordings are first made there by Gepard's elements in a real pipeline,
+
+    gepardtextsrc ! gepardlm model=MODEL voice=V ! gepardcodec model=MODEL ! audioconvert
+      ! audioresample ! audio/x-raw,format=S16LE,rate=16000,channels=1 ! wavenc ! filesink
+
+one gst-launch-1.0 per sentence, on the CPU, with the plugins of GEPARD_BUILD_DIR (default build/).
+V is "default" or a reference clip to clone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -33,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import number_words  # noqa: E402
 
+SOURCE_DIR = Path(__file__).resolve().parents[2]
 MODEL_DIR = Path("/usr/share/pocketsphinx/model/en-us")
 ACOUSTIC_MODEL = MODEL_DIR / "en-us"
 DICTIONARY = MODEL_DIR / "cmudict-en-us.dict"
@@ -112,6 +122,24 @@ def recognize(wavs, grammar):
     return transcripts
 
 
+def synthesize(model, sentences, out_dir, voice="default", max_frames=400, build_dir=None):
+    """Each sentence through Gepard's elements into out_dir/NNN.wav (16 kHz mono); the paths."""
+    build_dir = Path(build_dir or os.environ.get("GEPARD_BUILD_DIR") or SOURCE_DIR / "build")
+    env = dict(os.environ, GST_PLUGIN_PATH=str(build_dir / "gst-plugins"))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wavs = []
+    for i, text in enumerate(sentences):
+        wav = out_dir / f"{i:03d}.wav"
+        subprocess.run(["gst-launch-1.0", "-q", "gepardtextsrc", f"text={text}", "!",
+                        "gepardlm", f"model={model}", "device=cpu", f"voice={voice}", f"max-frames={max_frames}",
+                        "!", "gepardcodec", f"model={model}", "!", "audioconvert", "!", "audioresample", "!",
+                        "audio/x-raw,format=S16LE,rate=16000,channels=1", "!", "wavenc", "!", "filesink",
+                        f"location={wav}"], check=True, capture_output=True, env=env)
+        wavs.append(wav)
+    return wavs
+
+
 def score(wavs, sentences):
     """(correct, misses): misses lists (sentence, transcript) of the recordings not identified.
     wavs[i] is a recording of sentences[i]; one with no transcript, or a tie, counts as missed."""
@@ -131,9 +159,15 @@ def score(wavs, sentences):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("heldout", help="heldout.jsonl of tools/voice/corpus.py")
-    p.add_argument("wav_dir", help="folder of <id>.wav recordings")
+    p.add_argument("wav_dir", help="folder of <id>.wav recordings (written there with --model)")
+    p.add_argument("--model", help="synthesize the recordings first with this GEPARD model directory")
+    p.add_argument("--voice", default="default", help="with --model: default, or a reference clip to clone")
     args = p.parse_args(argv)
     rows = [json.loads(line) for line in open(args.heldout, encoding="utf-8") if line.strip()]
+    if args.model:
+        made = synthesize(args.model, [r["text"] for r in rows], args.wav_dir, args.voice)
+        for r, wav in zip(rows, made):
+            wav.rename(Path(args.wav_dir) / f"{r['id']}.wav")
     wavs = [Path(args.wav_dir) / f"{r['id']}.wav" for r in rows]
     correct, misses = score(wavs, [r["text"] for r in rows])
     for sentence, heard in misses:
