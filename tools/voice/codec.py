@@ -466,12 +466,6 @@ PROGRESS_DEFAULTS = {"step": 0, "trained_s": 0.0, "total_steps": 100000, "minute
                      "freeze_encoder_after": None, "finished": False}
 
 
-def read_progress(path):
-    """The progress dict of a checkpoint (without loading it into a model)."""
-    ckpt = torch.load(str(path), map_location="cpu", weights_only=True)
-    return {k: ckpt.get(k, v) for k, v in PROGRESS_DEFAULTS.items()}
-
-
 def restore_checkpoint(path, model, optimizer):
     """Loads weights and moments into model/optimizer; returns the progress dict."""
     ckpt = torch.load(str(path), map_location="cpu", weights_only=True)
