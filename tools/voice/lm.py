@@ -20,7 +20,8 @@ Steps (DATA/codes.pt comes from tools/voice/codec.py; RUN is a directory of your
     python3 tools/voice/lm.py train --data DATA/codes.pt --run RUN --time-limit 23 --resume
         (repeat the same command until it prints "finished": each run stops itself after
          --time-limit minutes with a checkpoint in RUN/checkpoint/; --resume starts afresh when
-         there is none yet)
+         there is none yet. The plan is --steps optimizer steps (default 40000) or, with
+         --minutes M, M minutes of training time; the learning rate's cosine runs over it)
     python3 tools/voice/lm.py export RUN models/gepard-default
     python3 tools/voice/lm.py sample models/gepard-default --text "Hello there." --output frames.safetensors
     build/tools/gepard-codec-tool decode CODEC frames.safetensors samples.safetensors
