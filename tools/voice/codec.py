@@ -543,23 +543,24 @@ def initialize_from_data(model, audio, passes=2):
     the narrow encoder's latent barely varies over time (deviation ~1e-4), every code is the same
     from the first step, the decoder learns to ignore them and the encoder never recovers."""
     x = audio.unsqueeze(1)
+
+    def output_of(conv, run):
+        """conv's (first) output while run() runs the model."""
+        seen = {}
+        hook = conv.register_forward_hook(lambda module, inputs, output: seen.setdefault("out", output))
+        run()
+        hook.remove()
+        return seen["out"]
+
     convs = [m for m in model.audio_encoder.modules() if isinstance(m, nn.Conv1d)]
     for _ in range(passes):
         for conv in convs:
-            seen = {}
-            hook = conv.register_forward_hook(lambda module, inputs, output: seen.setdefault("out", output))
-            model.audio_encoder(x)
-            hook.remove()
-            out = seen["out"]
+            out = output_of(conv, lambda: model.audio_encoder(x))
             std = float(out.std()) + 1e-8
             conv.parametrizations.weight.original0.mul_(1.0 / std)
             conv.bias.sub_(out.mean(dim=(0, 2))).div_(std)
     post = model.audio_decoder.post_conv.conv
-    seen = {}
-    hook = post.register_forward_hook(lambda module, inputs, output: seen.setdefault("out", output))
-    model.audio_decoder(model.vector_quantizer(model.audio_encoder(x)))
-    hook.remove()
-    out = seen["out"]
+    out = output_of(post, lambda: model.audio_decoder(model.vector_quantizer(model.audio_encoder(x))))
     scale = float(audio.std()) / (float(out.std()) + 1e-8)
     post.parametrizations.weight.original0.mul_(scale)
     post.bias.copy_(-scale * (out.mean(dim=(0, 2)) - post.bias))  # no offset: HalfSnake's sin² has one
