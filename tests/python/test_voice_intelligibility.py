@@ -69,14 +69,12 @@ def test_heldout_words_are_in_the_dictionary(heldout):
 
 
 def read_by_espeak(sentences, speaker, out_dir):
-    _, voice, pitch, speed = speaker
-    wavs = []
-    for i, text in enumerate(sentences):
-        wav = out_dir / f"{speaker[0]}-{i:02d}.wav"
-        subprocess.run(speech.espeak_command("espeak-ng", voice, pitch, speed, wav), input=text.encode(),
-                       check=True, capture_output=True)
-        wavs.append(wav)
-    return wavs
+    """The sentences as the recipe's speech step renders them (speech.synthesize): their wavs."""
+    (out_dir / "wavs" / speaker[0]).mkdir(parents=True, exist_ok=True)
+    rows = [speech.synthesize(({"id": f"{i:02d}", "text": text, "split": "test"}, speaker, out_dir, "espeak-ng",
+                               None)) for i, text in enumerate(sentences)]
+    assert all(rows)
+    return [out_dir / row["path"] for row in rows]
 
 
 @pytest.mark.parametrize("speaker", [speech.HELDOUT_SPEAKER, speech.TRAIN_SPEAKERS[0]], ids=lambda s: s[0])
