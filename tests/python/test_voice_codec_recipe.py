@@ -220,6 +220,47 @@ def test_frozen_encoder_keeps_the_codes(data_dir, trained, tmp_path):
     assert any(not torch.equal(before["model"][k], after["model"][k]) for k in decoder)
 
 
+def test_decoder_trains_on_the_encoders_codes(data_dir, trained, tmp_path):
+    """--codes: with the encoder frozen, the decoder learns from the encoder's codes of whole
+    utterances, each segment's codes the frames its audio spans; no encoder moments are kept."""
+    _, ckpt = trained
+    codes = tmp_path / "codes.pt"
+    codec.main(["encode", str(ckpt), str(data_dir), "--out", str(codes), "--device", "cpu"])
+
+    rows = codec.read_index(data_dir, "train")
+    audio, offsets, lengths = codec.load_audio(data_dir, rows)
+    sampler = codec.CodeSegmentSampler(codes, audio, offsets, lengths, rows, 32, "cpu", seed=3)
+    segment_codes, x = sampler.sample(4)
+    assert segment_codes.shape == (4, 32, 32) and x.shape == (4, 32 * codec.SAMPLES_PER_FRAME)
+    by_id = {u["id"]: u["codes"] for u in torch.load(codes, weights_only=False)["utterances"]}
+    frame = codec.SAMPLES_PER_FRAME
+    for b in range(4):  # each segment is some utterance's frames s … s+31 and their audio
+        found = [(r["id"], s) for r, o, n in zip(rows, offsets, lengths)
+                 for s in range(max(0, -(-int(n) // frame) - 31))
+                 if np.array_equal(audio[o + s * frame: o + min(int(n), (s + 32) * frame)],
+                                   (x[b, : min(int(n) - s * frame, 32 * frame)] * 32768).round().numpy())]
+        assert len(found) == 1
+        uid, s = found[0]
+        assert torch.equal(segment_codes[b].T, by_id[uid][s: s + 32].long())
+    model = codec.load_codec(ckpt)
+    alone = model.encode(x)  # the encoder sees only the segment: its edges differ
+    assert (segment_codes[:, :, 12:20] == alone[:, :, 12:20]).float().mean() > 0.95
+
+    decoder_run = tmp_path / "decoder.pt"
+    shutil.copy(ckpt, decoder_run)
+    codec.main(["train", str(data_dir), "--ckpt", str(decoder_run), "--resume", "--steps", "24",
+                "--freeze-encoder-after", "0", "--codes", str(codes), "--batch", "2", "--min-frames", "6", "--max-frames", "6",
+                "--device", "cpu"])
+    before = torch.load(ckpt, map_location="cpu", weights_only=True)
+    after = torch.load(decoder_run, map_location="cpu", weights_only=True)
+    names = list(before["model"])
+    assert all(torch.equal(before["model"][k], after["model"][k]) for k in names if k.startswith("audio_encoder."))
+    assert any(not torch.equal(before["model"][k], after["model"][k]) for k in names if k.startswith("audio_decoder."))
+    params = [n for n, _ in codec.NanoCodec(**after["widths"]).named_parameters()]
+    moments = dict(zip(params, after["exp_avg"]))
+    assert all((moments[n] is None) == n.startswith("audio_encoder.") for n in params)
+
+
 def run_tool(*args):
     if not os.access(CODEC_TOOL, os.X_OK):
         pytest.skip(f"{CODEC_TOOL} is not built")

@@ -209,6 +209,20 @@ def test_training_lowers_loss(run_dir):
         assert (run_dir / lm.CHECKPOINT / name).stat().st_size <= lm.SHARD_BYTES + (1 << 20)
 
 
+def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
+    """A run resumed with other --max-tokens/--max-batch/--lr goes on with them (and says so)."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--resume",
+                    "--steps", str(TRAIN_STEPS + 2), "--max-tokens", "3000", "--max-batch", "8", "--lr", "1e-3",
+                    "--log-every", "1", "--eval-every", "0", "--threads", "1", "--device", "cpu"]) == 0
+    assert "max_tokens 1500 → 3000" in capsys.readouterr().out
+    state = json.loads((run / lm.CHECKPOINT / "state.json").read_text())
+    assert state["step"] == TRAIN_STEPS + 2
+    assert (state["train"]["max_tokens"], state["train"]["max_batch"], state["train"]["lr"]) == (3000, 8, 1e-3)
+    assert state["train"]["warmup"] == 4  # not given: kept
+
+
 def test_held_out_speaker_is_left_out(data, tokenizer_json):
     levels, records = lm.load_codes(data / "codes.pt")
     special = lm.tokenizer_special_ids(tokenizer_json)

@@ -71,6 +71,10 @@ COMPRESSOR_QUERIES = 8  # §3.6
 COMPRESSOR_BLOCKS = 2
 ROPE_THETA = 1e7  # §1.5
 DEFAULT_STEPS = 40000
+# the batches and learning rate of a new run, where not given; a resumed run keeps its own unless
+# given others. On a GPU the small model is bound by the host's work per step (one H200 stays
+# ~10 % busy at these sizes), so larger batches there train faster: recipe.sh passes larger ones.
+BATCH_DEFAULTS = {"lr": 1e-3, "warmup": 1000, "max_tokens": 24000, "max_batch": 96}
 
 # §3.1 text repetition, as the published gepard_config.json has it
 TEXT_REPETITION = {"enabled": True, "target_text_tokens": 16, "apply_below": 13, "max_repeats": 8,
@@ -689,9 +693,9 @@ def cmd_train(args):
         levels, _ = load_codes(args.data)
         spec = {"shape": shape, "backbone": backbone_dict(shape, vocab_size, special),
                 "head_levels": levels, "special": special}
-        hp = {k: getattr(args, k) for k in ("lr", "warmup", "weight_decay", "max_tokens", "max_batch",
-                                            "max_frames", "seed", "valid_count", "stop_pos_weight",
-                                            "p_default_none", "p_null")}
+        hp = {k: getattr(args, k) for k in ("weight_decay", "max_frames", "seed", "valid_count",
+                                            "stop_pos_weight", "p_default_none", "p_null")}
+        hp.update({k: v if getattr(args, k) is None else getattr(args, k) for k, v in BATCH_DEFAULTS.items()})
         hp["steps"] = args.steps if args.steps is not None else DEFAULT_STEPS
         hp["minutes"] = args.minutes
         hp["exclude_speakers"] = list(args.exclude_speaker or [])
@@ -700,6 +704,12 @@ def cmd_train(args):
         hp["steps"] = args.steps  # a resumed run may be given a new end
     if args.minutes is not None and restored is not None:
         hp["minutes"] = args.minutes
+    if restored is not None:
+        # a resumed run may go on with other batches and learning rate (a faster machine, say)
+        changed = {k: getattr(args, k) for k in BATCH_DEFAULTS if getattr(args, k) not in (None, hp[k])}
+        if changed:
+            print("resumed with " + ", ".join(f"{k} {hp[k]} → {v}" for k, v in changed.items()), flush=True)
+            hp.update(changed)
 
     levels, records = load_codes(args.data)
     utterances, skipped = prepare_utterances(records, levels, tokenizer_path, special, hp["max_frames"],
@@ -1043,11 +1053,12 @@ def main(argv=None):
                    help="plan the whole training in minutes of training time instead of --steps")
     t.add_argument("--time-limit", type=float, default=0, help="save and stop after this many minutes")
     t.add_argument("--save-every", type=float, default=10, help="save every this many minutes (default 10)")
-    t.add_argument("--lr", type=float, default=1e-3)
-    t.add_argument("--warmup", type=int, default=1000)
+    t.add_argument("--lr", type=float, help=f"peak learning rate (default {BATCH_DEFAULTS['lr']:g})")
+    t.add_argument("--warmup", type=int, help=f"warmup steps (default {BATCH_DEFAULTS['warmup']})")
     t.add_argument("--weight-decay", type=float, default=0.1)
-    t.add_argument("--max-tokens", type=int, default=24000, help="padded positions per batch")
-    t.add_argument("--max-batch", type=int, default=96)
+    t.add_argument("--max-tokens", type=int,
+                   help=f"padded positions per batch (default {BATCH_DEFAULTS['max_tokens']})")
+    t.add_argument("--max-batch", type=int, help=f"utterances per batch (default {BATCH_DEFAULTS['max_batch']})")
     t.add_argument("--max-frames", type=int, default=600, help="skip longer utterances (frames)")
     t.add_argument("--seed", type=int, default=1234)
     t.add_argument("--valid-count", type=int, default=64, help="utterances held back for validation loss")

@@ -12,19 +12,22 @@
 #   tokenizer → the LM's training and the codec decoder's, side by side on the GPU → exports
 #
 # The codec's encoder is frozen once the codes are taken, so the codes the LM learns from stay the
-# codec's own while its decoder trains on. Each stage already done is skipped. The command stops
-# itself after MINUTES (default 23) with every checkpoint saved; running it again (on a fresh
+# codec's own while its decoder trains on, from those codes (codec.py train --codes). Each stage already done is skipped. The command stops
+# itself after MINUTES (default 23; fractions allowed) with every checkpoint saved: the last
+# RECIPE_RESERVE_S seconds (120) are kept for saving and exporting. Running it again (on a fresh
 # machine, RUN carried back) continues. It prints "recipe: finished" once both trainings are done.
 #
-# On a lent GPU machine that is lost between calls, RUN travels back and forth (about 16 MB for
-# codec.ckpt, 6 bytes per LM parameter for RUN/lm/checkpoint: 36 MB at 4 layers, 54 MB at the
-# default 6, beside 11 MB of espeak-ng packages). Once the codec has finished, codec.nemo (8 MB)
+# On a lent GPU machine that is lost between calls, RUN travels back and forth (16 MB for
+# codec.ckpt, 12.4 MB once its encoder is frozen; 6 bytes per LM parameter for RUN/lm/checkpoint:
+# 36 MB at 4 layers, 54 MB at the default 6; beside 11 MB of espeak-ng packages). Once the codec has finished, codec.nemo (8 MB)
 # is all the LM's stage needs of it, and codec.ckpt may stay behind.
 #
 # Lengths are planned in minutes of training time on the machine at hand (the learning-rate
 # schedules run over them): CODEC_MINUTES (18) in all for the codec, of which the first
 # CODEC_ENCODER_MINUTES (6) train the encoder too, and LM_MINUTES (12). Also: CODEC_ARGS, LM_ARGS
-# (extra options), SPEECH_LIMIT (synthesize only that many train sentences: for a quick trial).
+# (extra options), LM_BATCH (the LM's batch options, default "--max-tokens 96000 --max-batch 384":
+# on a GPU the small LM is bound by the host's work per step, an H200 ~10 % busy at lm.py's own
+# defaults), SPEECH_LIMIT (synthesize only that many train sentences: for a quick trial).
 # espeak-ng and the fortunes come from tools/voice/espeak-prefix.sh where the host lacks them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,14 +35,17 @@ cd "$(dirname "$0")/../.."
 run=${1:?usage: tools/voice/recipe.sh RUN [MINUTES]}
 minutes=${2:-23}
 work=${VOICE_WORK:-/tmp/voice}
-deadline=$(($(date +%s) + ${minutes%.*} * 60))
+deadline=$(($(date +%s) + $(awk -v m="$minutes" 'BEGIN { print int(m * 60) }')))
+reserve=${RECIPE_RESERVE_S:-120}
 mkdir -p "$run" "$work"
 exec > >(tee -a "$run/recipe.log") 2>&1
 export PYTHONUNBUFFERED=1
 
 stage() { echo "=== recipe: $* ($(date -u +%T))"; }
-# minutes left before the deadline, less a reserve for what follows the stage
-left() { echo $(((deadline - $(date +%s)) / 60 - ${1:-0})); }
+# seconds left before the deadline, less the reserve for what follows a training stage (saving,
+# exports); in_minutes turns them into a --time-limit
+left() { echo $((deadline - $(date +%s) - reserve)); }
+in_minutes() { awk -v s="$1" 'BEGIN { printf "%.2f", s / 60 }'; }
 
 if ! command -v espeak-ng >/dev/null || [ ! -d /usr/share/games/fortunes ]; then
   eval "$(tools/voice/espeak-prefix.sh env)"
@@ -81,17 +87,17 @@ codec_train() {
 lm_train() {
   # shellcheck disable=SC2086
   python3 tools/voice/lm.py train --data "$work/data/codes.pt" --run "$run/lm" --tokenizer "$run/tokenizer.json" \
-    --resume --minutes "$lm_minutes" ${LM_ARGS:-} "$@"
+    --resume --minutes "$lm_minutes" ${LM_BATCH-"--max-tokens 96000 --max-batch 384"} ${LM_ARGS:-} "$@"
 }
 
 if ! codec_reached "$encoder_minutes"; then
-  budget=$(left 2)
-  if [ "$budget" -lt 1 ]; then
+  budget=$(left)
+  if [ "$budget" -lt 30 ]; then
     echo "recipe: out of time before the codec; run again"
     exit 0
   fi
-  stage "codec training, encoder and decoder, to $encoder_minutes min; at most $budget min now"
-  codec_train --until-minutes "$encoder_minutes" --time-limit "$budget"
+  stage "codec training, encoder and decoder, to $encoder_minutes min; at most $(in_minutes "$budget") min now"
+  codec_train --until-minutes "$encoder_minutes" --time-limit "$(in_minutes "$budget")"
   rm -f "$work/data/codes.pt"
   if ! codec_reached "$encoder_minutes"; then
     echo "recipe: stopped in the codec's training; run again"
@@ -110,19 +116,19 @@ if [ ! -s "$run/tokenizer.json" ]; then
 fi
 
 lm_done() { [ -s "$work/lm-train.out" ] && grep -q '^finished' "$work/lm-train.out"; }
-budget=$(left 2)
-if [ "$budget" -lt 1 ]; then
+budget=$(left)
+if [ "$budget" -lt 30 ]; then
   echo "recipe: out of time before the LM; run again"
   exit 0
 fi
-stage "LM training to $lm_minutes min and the codec decoder's to $codec_minutes min, at most $budget min now"
+stage "LM training to $lm_minutes min and the codec decoder's to $codec_minutes min, at most $(in_minutes "$budget") min now"
 codec_pid=
 if ! codec_finished; then
-  codec_train --time-limit "$budget" >"$work/codec-train.out" 2>&1 &
+  codec_train --time-limit "$(in_minutes "$budget")" --codes "$work/data/codes.pt" >"$work/codec-train.out" 2>&1 &
   codec_pid=$!
 fi
 rm -f "$work/lm-train.out"
-lm_train --time-limit "$budget" | tee "$work/lm-train.out"
+lm_train --time-limit "$(in_minutes "$budget")" | tee "$work/lm-train.out"
 if [ -n "$codec_pid" ]; then
   wait "$codec_pid" || { cat "$work/codec-train.out"; exit 1; }
   grep -v '^step .* steps/s)$' "$work/codec-train.out" || true
