@@ -4,7 +4,7 @@
  * pipelines) are read when the page is rendered. */
 #pragma once
 
-#include "gepard-engine.h"
+#include "gepard-engine-pool.h"
 
 G_BEGIN_DECLS
 
@@ -23,7 +23,7 @@ void gepard_metrics_websocket_closed (GepardMetrics *metrics);
 /* seconds from a context's first text to its first audio */
 void gepard_metrics_observe_first_audio (GepardMetrics *metrics, double seconds);
 
-/* The page; `engine` may be NULL while it loads. */
-char *gepard_metrics_render (GepardMetrics *metrics, GepardEngine *engine, gboolean ready);
+/* The page; `engines` may be NULL while they load. */
+char *gepard_metrics_render (GepardMetrics *metrics, GepardEnginePool *engines, gboolean ready);
 
 G_END_DECLS

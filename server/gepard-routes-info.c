@@ -35,11 +35,40 @@ add_placement (JsonBuilder *b, const GepardServerConfig *config)
   json_builder_end_object (b);
 }
 
+/* "engines": one entry per engine (one per GPU in use, or the CPU's). */
+static void
+add_engines (JsonBuilder *b, GepardEnginePool *engines)
+{
+  json_builder_set_member_name (b, "engines");
+  json_builder_begin_array (b);
+  for (guint i = 0; i < gepard_engine_pool_get_size (engines); i++)
+    {
+      GepardEngine *engine = gepard_engine_pool_get (engines, i);
+      GepardEngineStats stats;
+      gepard_engine_get_stats (engine, &stats);
+      json_builder_begin_object (b);
+      json_builder_set_member_name (b, "gpu");
+      const GepardDeviceInfo *device = gepard_engine_get_device (engine);
+      if (device->kind == GEPARD_BACKEND_CUDA)
+        json_builder_add_int_value (b, device->device_index);
+      else
+        json_builder_add_null_value (b);
+      json_builder_set_member_name (b, "device");
+      json_builder_add_string_value (b, gepard_engine_get_device_description (engine));
+      json_builder_set_member_name (b, "running");
+      json_builder_add_int_value (b, stats.running);
+      json_builder_set_member_name (b, "waiting");
+      json_builder_add_int_value (b, stats.waiting);
+      json_builder_end_object (b);
+    }
+  json_builder_end_array (b);
+}
+
 void
 gepard_routes_health (GepardServer *server, SoupServerMessage *msg)
 {
   g_autoptr (JsonBuilder) b = json_builder_new ();
-  gboolean ready = server->engine != NULL;
+  gboolean ready = server->engines != NULL;
 
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "status");
@@ -55,21 +84,24 @@ gepard_routes_health (GepardServer *server, SoupServerMessage *msg)
     }
   else
     {
+      GepardEngine *first = gepard_engine_pool_get (server->engines, 0);
       GepardEngineStats stats;
-      gepard_engine_get_stats (server->engine, &stats);
+      gepard_engine_pool_get_stats (server->engines, &stats);
       json_builder_set_member_name (b, "model");
       json_builder_add_string_value (b, server->config.model);
+      /* all engines: the first's device, the streams of all */
       json_builder_set_member_name (b, "engine");
       json_builder_begin_object (b);
       json_builder_set_member_name (b, "device");
-      json_builder_add_string_value (b, gepard_engine_get_device_description (server->engine));
+      json_builder_add_string_value (b, gepard_engine_get_device_description (first));
       json_builder_set_member_name (b, "test_model");
-      json_builder_add_boolean_value (b, gepard_engine_is_test_model (server->engine));
+      json_builder_add_boolean_value (b, gepard_engine_is_test_model (first));
       json_builder_set_member_name (b, "running");
       json_builder_add_int_value (b, stats.running);
       json_builder_set_member_name (b, "waiting");
       json_builder_add_int_value (b, stats.waiting);
       json_builder_end_object (b);
+      add_engines (b, server->engines);
       gboolean store_ok = TRUE;
       g_autofree char *store = gepard_voice_store_describe (server->voices, &store_ok);
       json_builder_set_member_name (b, "voice_store");
@@ -92,7 +124,7 @@ gepard_routes_health (GepardServer *server, SoupServerMessage *msg)
 void
 gepard_routes_metrics (GepardServer *server, SoupServerMessage *msg)
 {
-  char *text = gepard_metrics_render (server->metrics, server->engine, server->engine != NULL);
+  char *text = gepard_metrics_render (server->metrics, server->engines, server->engines != NULL);
   soup_server_message_set_status (msg, SOUP_STATUS_OK, NULL);
   soup_server_message_set_response (msg, "text/plain; version=0.0.4; charset=utf-8",
                                     SOUP_MEMORY_TAKE, text, strlen (text));

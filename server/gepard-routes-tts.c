@@ -85,7 +85,7 @@ gepard_server_prepare_generation (GepardServer *server, const GepardTtsRequest *
 {
   const char *voice_id = request->voice_id;
   const GepardOutputFormat *format = &request->output_format;
-  if (server->engine == NULL)
+  if (server->engines == NULL)
     {
       g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_UNAVAILABLE,
                    "The server is not ready: %s", server->loading_reason);
@@ -123,10 +123,10 @@ gepard_server_prepare_generation (GepardServer *server, const GepardTtsRequest *
     }
 
   memset (setup, 0, sizeof *setup);
-  setup->engine = server->engine;
+  /* the least busy engine; the elements' device= names its device, so that they take it */
+  setup->engine = gepard_engine_pool_pick (server->engines, &setup->device);
   setup->description = description;
   setup->model = server->config.model;
-  setup->device = server->config.device;
   setup->codec_path = server->config.codec;
   setup->format = *format;
   setup->max_frames = server->config.max_frames;

@@ -459,7 +459,7 @@ clone_voice (GepardServer *server, SoupServerMessage *msg, guint version)
       voice_request_free (r);
       return;
     }
-  r->engine = gepard_engine_ref (server->engine);
+  r->engine = gepard_engine_ref (gepard_engine_pool_pick (server->engines, NULL));
   r->pipeline = g_strdup (pipeline);
 
   GTask *task = g_task_new (NULL, NULL, on_clone_encoded, NULL);

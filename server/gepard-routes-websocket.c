@@ -662,7 +662,7 @@ check_upgrade (SoupServer *soup, SoupServerMessage *msg, const char *path, GHash
   else if (origin != NULL && !gepard_http_origin_allowed (server, msg, origin))
     error = g_error_new_literal (GEPARD_API_ERROR, GEPARD_API_ERROR_FORBIDDEN,
                                  "This origin may not connect");
-  else if (server->engine == NULL)
+  else if (server->engines == NULL)
     error = g_error_new (GEPARD_API_ERROR, GEPARD_API_ERROR_UNAVAILABLE,
                          "The server is not ready: %s", server->loading_reason);
   else if (server->draining)

@@ -23,7 +23,7 @@ static const char *const pipeline_names[]
 
 typedef struct
 {
-  GepardEngine *engine;
+  GepardEnginePool *engines;
   GepardVoiceStore *voices;
   GepardVoiceDbCluster *cluster;
   GepardVoiceDb *db; /* also inside voices: migrated before the server says it is ready */
@@ -37,8 +37,7 @@ loaded_free (gpointer data)
   Loaded *loaded = data;
   gepard_voice_store_free (loaded->voices);
   gepard_voice_db_cluster_free (loaded->cluster);
-  if (loaded->engine != NULL)
-    gepard_engine_unref (loaded->engine);
+  gepard_engine_pool_unref (loaded->engines);
   g_free (loaded->codec_path);
   g_free (loaded);
 }
@@ -277,7 +276,7 @@ model_identity (GepardEngine *engine)
 static gboolean
 open_voice_db (GepardServer *server, Loaded *loaded, GError **error)
 {
-  const GepardModelConfig *config = gepard_engine_get_config (loaded->engine);
+  const GepardModelConfig *config = gepard_engine_pool_get_config (loaded->engines);
   const char *url = g_getenv ("DATABASE_URL");
   if (url == NULL || url[0] == '\0')
     url = g_getenv ("TTS_DATABASE_URL");
@@ -319,7 +318,7 @@ open_voice_db (GepardServer *server, Loaded *loaded, GError **error)
   else
     g_print ("gepard-server: voices in the PostgreSQL database of DATABASE_URL\n");
 
-  g_autofree char *model = model_identity (loaded->engine);
+  g_autofree char *model = model_identity (gepard_engine_pool_get (loaded->engines, 0));
   GepardVoiceDbOptions options = {
       .conninfo = url,
       .model = model,
@@ -330,7 +329,7 @@ open_voice_db (GepardServer *server, Loaded *loaded, GError **error)
   if (db == NULL)
     return FALSE;
   loaded->db = db;
-  loaded->voices = gepard_voice_store_new_db (loaded->engine, loaded->voices, db);
+  loaded->voices = gepard_voice_store_new_db (loaded->engines, loaded->voices, db);
   return TRUE;
 }
 
@@ -349,7 +348,7 @@ apply_loading_state (gpointer data)
   LoadingState *state = data;
   GepardServer *server = state->server;
   /* updates queued by the loading thread arrive in order, all before its result */
-  if (server->engine == NULL)
+  if (server->engines == NULL)
     {
       g_free (server->loading_reason);
       server->loading_reason = g_steal_pointer (&state->reason);
@@ -469,26 +468,66 @@ fetch_from_hub (GepardServer *server, Loaded *loaded, GError **error)
   return ok;
 }
 
-/* Where the engine runs and what it shares the GPU with, for the log. */
+static char *
+format_gpu_ids (const GepardServerConfig *config, guint from)
+{
+  GString *ids = g_string_new (NULL);
+  for (guint i = from; i < config->n_gpu_device_ids; i++)
+    g_string_append_printf (ids, "%s%d", i > from ? "," : "", config->gpu_device_ids[i]);
+  return g_string_free (ids, FALSE);
+}
+
+/* Where the engines run and what they share the GPU with, for the log. */
 static void
 report_placement (const GepardServerConfig *config)
 {
-  g_autoptr (GString) ids = g_string_new (NULL);
-  for (guint i = 0; i < config->n_gpu_device_ids; i++)
-    g_string_append_printf (ids, "%s%d", i > 0 ? "," : "", config->gpu_device_ids[i]);
+  g_autofree char *ids = format_gpu_ids (config, 0);
   g_print ("gepard-server: device %s; GPU ids %s; GPU memory fraction %g "
            "(TTS_GPU_MEMORY_UTILIZATION)\n",
-           config->device, ids->str, config->gpu_memory_utilization);
-  if (config->n_gpu_device_ids > 1)
-    g_print ("gepard-server: one engine runs on GPU %d; GPUs %s are listed but unused by this "
-             "process (run one server per GPU)\n",
-             config->gpu_device_ids[0], strchr (ids->str, ',') + 1);
+           config->device, ids, config->gpu_memory_utilization);
   if (config->mps)
     g_print ("gepard-server: NVIDIA MPS daemon found (control pipe in %s): this process's CUDA "
              "work is scheduled by it alongside the GPU's other clients\n",
              config->mps_pipe_dir);
   else
     g_print ("gepard-server: no NVIDIA MPS daemon (no control pipe in %s)\n", config->mps_pipe_dir);
+}
+
+/* An engine on the device the settings name and, when that is a GPU, one more on each further
+ * GPU listed: streams are spread across them (gepard-engine-pool.h). */
+static GepardEnginePool *
+load_engines (const GepardServerConfig *config, GError **error)
+{
+  g_autoptr (GPtrArray) engines
+      = g_ptr_array_new_with_free_func ((GDestroyNotify)gepard_engine_unref);
+  GepardEngine *first = gepard_engine_get_shared (config->model, config->device, error);
+  if (first == NULL)
+    return NULL;
+  g_ptr_array_add (engines, first);
+  if (gepard_engine_get_device (first)->kind != GEPARD_BACKEND_CUDA)
+    {
+      if (config->n_gpu_device_ids > 1)
+        {
+          g_autofree char *others = format_gpu_ids (config, 1);
+          g_print ("gepard-server: the engine runs on %s; GPUs %s are listed but unused\n",
+                   gepard_engine_get_device_description (first), others);
+        }
+    }
+  else
+    for (guint i = 1; i < config->n_gpu_device_ids; i++)
+      {
+        int id = config->gpu_device_ids[i];
+        g_autofree char *device = g_strdup_printf ("cuda:%d", id);
+        GError *local = NULL;
+        GepardEngine *engine = gepard_engine_get_shared (config->model, device, &local);
+        if (engine == NULL)
+          {
+            g_propagate_prefixed_error (error, local, "GPU %d (listed in the GPU ids): ", id);
+            return NULL;
+          }
+        g_ptr_array_add (engines, engine);
+      }
+  return gepard_engine_pool_new ((GepardEngine *const *)engines->pdata, engines->len);
 }
 
 static void
@@ -502,10 +541,10 @@ load_engine (GTask *task, gpointer source, gpointer task_data, GCancellable *can
   /* after "listening on", which scripts wait for as the first line */
   report_placement (&server->config);
   if (fetch_from_hub (server, loaded, &error))
-    loaded->engine = gepard_engine_get_shared (server->config.model, server->config.device, &error);
-  if (loaded->engine != NULL)
+    loaded->engines = load_engines (&server->config, &error);
+  if (loaded->engines != NULL)
     loaded->voices
-        = gepard_voice_store_new_local (loaded->engine, server->config.voices_dir, &error);
+        = gepard_voice_store_new_local (loaded->engines, server->config.voices_dir, &error);
   if (loaded->voices != NULL)
     open_voice_db (server, loaded, &error);
   if (error != NULL)
@@ -572,7 +611,7 @@ on_voice_db_migrated (GObject *source, GAsyncResult *result, gpointer user_data)
 static void
 become_ready (GepardServer *server, Loaded *loaded)
 {
-  server->engine = g_steal_pointer (&loaded->engine);
+  server->engines = g_steal_pointer (&loaded->engines);
   server->voices = g_steal_pointer (&loaded->voices);
   server->downloading = FALSE;
   if (loaded->codec_path != NULL)
@@ -584,9 +623,14 @@ become_ready (GepardServer *server, Loaded *loaded)
   loaded_free (loaded);
   g_clear_pointer (&server->loading_reason, g_free);
   server->loading_reason = g_strdup ("ready");
-  g_print ("gepard-server: ready: %s on %s%s\n", server->config.model,
-           gepard_engine_get_device_description (server->engine),
-           gepard_engine_is_test_model (server->engine) ? " (untrained test model)" : "");
+  GepardEngine *first = gepard_engine_pool_get (server->engines, 0);
+  g_autoptr (GString) devices = g_string_new (gepard_engine_get_device_description (first));
+  for (guint i = 1; i < gepard_engine_pool_get_size (server->engines); i++)
+    g_string_append_printf (
+        devices, " and %s",
+        gepard_engine_get_device_description (gepard_engine_pool_get (server->engines, i)));
+  g_print ("gepard-server: ready: %s on %s%s\n", server->config.model, devices->str,
+           gepard_engine_is_test_model (first) ? " (untrained test model)" : "");
 }
 
 static gboolean
@@ -795,7 +839,7 @@ main (int argc, char **argv)
       g_object_unref (task);
       g_main_loop_run (loop);
       /* the model did not load; a signal while it loads is a normal stop */
-      if (server.engine == NULL && shutdown.signals == 0)
+      if (server.engines == NULL && shutdown.signals == 0)
         status = 1;
       if (shutdown.tick != 0)
         g_source_remove (shutdown.tick);
@@ -810,8 +854,7 @@ main (int argc, char **argv)
    * scheduler */
   gepard_voice_store_free (server.voices);
   gepard_voice_db_cluster_free (server.cluster);
-  if (server.engine != NULL)
-    gepard_engine_unref (server.engine);
+  gepard_engine_pool_unref (server.engines);
   if (shutdown.signals > 0)
     g_print ("gepard-server: stopped%s\n", shutdown.forced ? " (work was cut short)" : "");
   g_clear_pointer (&server.websockets, g_hash_table_unref);

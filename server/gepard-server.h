@@ -2,6 +2,7 @@
 #pragma once
 
 #include "gepard-api-error.h"
+#include "gepard-engine-pool.h"
 #include "gepard-metrics.h"
 #include "gepard-protocol.h"
 #include "gepard-server-config.h"
@@ -19,11 +20,11 @@ typedef struct
   GepardMetrics *metrics;
   GHashTable *pipelines; /* file name in pipelines/ → description */
 
-  /* NULL until the model has loaded on its worker thread */
-  GepardEngine *engine;
+  /* NULL until the model has loaded on its worker thread: one engine per GPU, or one on the CPU */
+  GepardEnginePool *engines;
   GepardVoiceStore *voices;
   GepardVoiceDbCluster *cluster; /* the private PostgreSQL cluster, when this server runs one */
-  char *loading_reason;          /* why the server is not ready, while engine is NULL */
+  char *loading_reason;          /* why the server is not ready, while engines is NULL */
   gboolean downloading;          /* the model is being fetched from the hub (/health says so) */
 
   /* Shutdown (gepard-server.c): after SIGTERM or SIGINT the server drains: new requests and

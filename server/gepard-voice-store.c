@@ -244,7 +244,7 @@ gepard_voice_store_free (GepardVoiceStore *store)
 typedef struct
 {
   GepardVoiceStore parent;
-  GepardEngine *engine;
+  GepardEnginePool *engines;
   GPtrArray *voices; /* GepardVoiceInfo: "default", then the files sorted by id */
 } LocalStore;
 
@@ -262,7 +262,7 @@ static GepardVoice *
 local_lookup (GepardVoiceStore *store, const char *id)
 {
   LocalStore *self = (LocalStore *)store;
-  return gepard_engine_lookup_voice (self->engine, id);
+  return gepard_engine_pool_lookup_voice (self->engines, id);
 }
 
 static void
@@ -356,7 +356,7 @@ static void
 local_free (GepardVoiceStore *store)
 {
   LocalStore *self = (LocalStore *)store;
-  gepard_engine_unref (self->engine);
+  gepard_engine_pool_unref (self->engines);
   g_ptr_array_unref (self->voices);
   g_free (self);
 }
@@ -389,8 +389,8 @@ load_directory (LocalStore *self, const char *dir, GError **error)
                        path);
           return FALSE;
         }
-      g_autoptr (GepardVoice) file_voice
-          = gepard_voice_load_prefix_file (path, gepard_engine_get_config (self->engine), error);
+      g_autoptr (GepardVoice) file_voice = gepard_voice_load_prefix_file (
+          path, gepard_engine_pool_get_config (self->engines), error);
       if (file_voice == NULL)
         {
           g_prefix_error (error, "%s: ", path);
@@ -400,8 +400,8 @@ load_directory (LocalStore *self, const char *dir, GError **error)
       int n_rows = 0;
       const float *prefix = gepard_voice_get_prefix (file_voice, &n_rows);
       g_autoptr (GepardVoice) voice = gepard_voice_new (
-          id, prefix, n_rows, gepard_engine_get_config (self->engine)->hidden_size);
-      gepard_engine_add_voice (self->engine, voice);
+          id, prefix, n_rows, gepard_engine_pool_get_config (self->engines)->hidden_size);
+      gepard_engine_pool_add_voice (self->engines, voice);
 
       g_autoptr (GFile) file = g_file_new_for_path (path);
       g_autoptr (GFileInfo) info
@@ -429,11 +429,11 @@ default_first (gconstpointer a, gconstpointer b)
 }
 
 GepardVoiceStore *
-gepard_voice_store_new_local (GepardEngine *engine, const char *voices_dir, GError **error)
+gepard_voice_store_new_local (GepardEnginePool *engines, const char *voices_dir, GError **error)
 {
   LocalStore *self = g_new0 (LocalStore, 1);
   self->parent.funcs = &local_funcs;
-  self->engine = gepard_engine_ref (engine);
+  self->engines = gepard_engine_pool_ref (engines);
   self->voices = g_ptr_array_new_with_free_func ((GDestroyNotify)gepard_voice_info_free);
 
   g_autoptr (GDateTime) epoch = g_date_time_new_from_unix_utc (0);
@@ -454,7 +454,7 @@ gepard_voice_store_new_local (GepardEngine *engine, const char *voices_dir, GErr
 typedef struct
 {
   GepardVoiceStore parent;
-  GepardEngine *engine;
+  GepardEnginePool *engines;
   LocalStore *local;
   GepardVoiceDb *db;
 } DbStore;
@@ -504,9 +504,9 @@ static GepardVoice *
 register_record (DbStore *self, const GepardVoiceRecord *record, GError **error)
 {
   GepardVoice *voice = gepard_voice_new_from_prefix_bytes (
-      record->id, record->prefix, gepard_engine_get_config (self->engine), error);
+      record->id, record->prefix, gepard_engine_pool_get_config (self->engines), error);
   if (voice != NULL)
-    gepard_engine_add_voice (self->engine, voice);
+    gepard_engine_pool_add_voice (self->engines, voice);
   return voice;
 }
 
@@ -514,7 +514,7 @@ static GepardVoice *
 db_lookup (GepardVoiceStore *store, const char *id)
 {
   DbStore *self = (DbStore *)store;
-  GepardVoice *voice = gepard_engine_lookup_voice (self->engine, id);
+  GepardVoice *voice = gepard_engine_pool_lookup_voice (self->engines, id);
   if (voice != NULL)
     return voice;
   g_autoptr (GepardVoiceRecord) record = gepard_voice_db_lookup_cached (self->db, id);
@@ -683,7 +683,7 @@ on_db_delete (GObject *source, GAsyncResult *result, gpointer user_data)
     g_task_return_error (task, gepard_voice_store_api_error (error, op->id));
   else
     {
-      gepard_engine_remove_voice (op->self->engine, op->id);
+      gepard_engine_pool_remove_voice (op->self->engines, op->id);
       g_task_return_boolean (task, TRUE);
     }
   g_object_unref (task);
@@ -724,7 +724,7 @@ db_free (GepardVoiceStore *store)
   DbStore *self = (DbStore *)store;
   gepard_voice_db_free (self->db);
   local_free (&self->local->parent);
-  gepard_engine_unref (self->engine);
+  gepard_engine_pool_unref (self->engines);
   g_free (self);
 }
 
@@ -733,12 +733,12 @@ static const GepardVoiceStoreFuncs db_funcs = {
 };
 
 GepardVoiceStore *
-gepard_voice_store_new_db (GepardEngine *engine, GepardVoiceStore *local, GepardVoiceDb *db)
+gepard_voice_store_new_db (GepardEnginePool *engines, GepardVoiceStore *local, GepardVoiceDb *db)
 {
   g_return_val_if_fail (local->funcs == &local_funcs, NULL);
   DbStore *self = g_new0 (DbStore, 1);
   self->parent.funcs = &db_funcs;
-  self->engine = gepard_engine_ref (engine);
+  self->engines = gepard_engine_pool_ref (engines);
   self->local = (LocalStore *)local;
   self->db = db;
   return &self->parent;

@@ -8,6 +8,7 @@
  * context. Errors are GEPARD_API_ERROR, ready to answer a client with. */
 #pragma once
 
+#include "gepard-engine-pool.h"
 #include "gepard-voice-db.h"
 #include "gepard-voice.h"
 
@@ -63,11 +64,12 @@ struct _GepardVoiceStore
   const GepardVoiceStoreFuncs *funcs;
 };
 
-/* The engine's registry plus the prefix files of `voices_dir` (NULL: none). */
-GepardVoiceStore *gepard_voice_store_new_local (GepardEngine *engine, const char *voices_dir,
+/* The engines' registry plus the prefix files of `voices_dir` (NULL: none); every voice is
+ * registered with each engine. */
+GepardVoiceStore *gepard_voice_store_new_local (GepardEnginePool *engines, const char *voices_dir,
                                                 GError **error);
-/* The voices of `local` (taken) first, then those of `db` (taken) for this engine's model. */
-GepardVoiceStore *gepard_voice_store_new_db (GepardEngine *engine, GepardVoiceStore *local,
+/* The voices of `local` (taken) first, then those of `db` (taken) for the engines' model. */
+GepardVoiceStore *gepard_voice_store_new_db (GepardEnginePool *engines, GepardVoiceStore *local,
                                              GepardVoiceDb *db);
 
 /* A new reference to a voice known without waiting (the engine's registry, then a cache), or

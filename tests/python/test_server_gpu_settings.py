@@ -28,8 +28,15 @@ def test_health_reports_placement_and_mps(model, tmp_path):
     try:
         status, _, body = server.request("GET", "/health")
         assert status == 200
-        assert json.loads(body)["gpu"] == {"device_ids": [0, 1], "memory_utilization": 0.7,
-                                           "mps": True}
+        health = json.loads(body)
+        assert health["gpu"] == {"device_ids": [0, 1], "memory_utilization": 0.7, "mps": True}
+        # no GPU here: one engine, on the CPU, whatever the list says
+        assert [(e["gpu"], e["running"]) for e in health["engines"]] == [(None, 0)]
+        assert health["engines"][0]["device"] == health["engine"]["device"]
+        metrics = server.metrics()
+        assert metrics['gepard_device_batch_size{device="cpu"}'] == 0
+        assert [k for k in metrics if k.startswith("gepard_device_batch_size")] == \
+            ['gepard_device_batch_size{device="cpu"}']
     finally:
         server.stop()
     log = server.log_path.read_text()
