@@ -13,7 +13,9 @@
 # GEPARD_BENCH_SENTENCES (3), GEPARD_BENCH_PRESET (gepard-1.0), GEPARD_BENCH_DEVICE (cuda),
 # GEPARD_BENCH_PEER_CONCURRENCY (the same levels), GEPARD_BENCH_PEER=0 skips the peer,
 # GEPARD_BENCH_GEPARD=0 skips gepard-server. Each level is its own client run, so the levels that
-# finished keep their lines in OUT when a run is cut short.
+# finished keep their lines in OUT when a run is cut short. With several GPUs in
+# TTS_GPU_DEVICE_IDS (one engine each), gepard-server's /metrics is sampled during each level and
+# OUT/devices.md gives each device's mean and largest batch: how the streams were spread.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,12 +39,31 @@ max_c=$(tr ',' '\n' <<<"$levels,$peer_levels" | sort -n | tail -1)
 
 step() { echo; echo "=== $* ($(date -u +%T))"; }
 
-# runs the client once per level: bench_levels LEVELS RESULT_FILE FRAMES SENTENCES
+# runs the client once per level: bench_levels LEVELS RESULT_FILE FRAMES SENTENCES [SAMPLES]
+# SAMPLES: where to record each device's batch size (gepard-server's /metrics) twice a second
 bench_levels() {
-  local c
+  local c sampler
   for c in ${1//,/ }; do
+    if [ -n "${5:-}" ]; then
+      python3 - "$url" "$c" >>"$5" <<'EOF' &
+import sys, time, urllib.request
+url, level = sys.argv[1], sys.argv[2]
+while True:
+    try:
+        text = urllib.request.urlopen(url + "metrics").read().decode()
+    except OSError:
+        break
+    for line in text.splitlines():
+        if line.startswith("gepard_device_batch_size{"):
+            device = line.split('"')[1]
+            print(level, device, line.rsplit(" ", 1)[1], flush=True)
+    time.sleep(0.5)
+EOF
+      sampler=$!
+    fi
     gepard-bench server "$url" --concurrency "$c" --frames "$3" --sentences "$4" \
       --sample-rate 22050 | tee -a "$2"
+    [ -n "${5:-}" ] && kill "$sampler" 2>/dev/null
   done
 }
 
@@ -89,9 +110,22 @@ if [ "${GEPARD_BENCH_GEPARD:-1}" != 0 ]; then
   step "gepard-server"
   start "$out/gepard-server.log" gepard-server --model "$work/model" --port 0 --host 127.0.0.1 \
     --device "$device" --max-contexts $((max_c * 2)) --max-frames 0 || exit 1
-  bench_levels "$levels" "$out/gepard.txt" "$frames" "$sentences"
+  rm -f "$out/devices.txt"
+  bench_levels "$levels" "$out/gepard.txt" "$frames" "$sentences" "$out/devices.txt"
   kill "$pid"
   wait "$pid" 2>/dev/null
+  python3 - "$out/devices.txt" <<'EOF' | tee "$out/devices.md"
+import collections, sys
+sizes = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    level, device, size = line.split()
+    if float(size) > 0:
+        sizes[int(level), device].append(float(size))
+print("| C | device | mean batch (busy samples) | largest |")
+print("|---:|---|---:|---:|")
+for (level, device), values in sorted(sizes.items()):
+    print(f"| {level} | {device} | {sum(values) / len(values):.0f} | {max(values):.0f} |")
+EOF
 fi
 
 if [ "${GEPARD_BENCH_PEER:-1}" != 0 ]; then
