@@ -774,6 +774,10 @@ def cmd_train(args):
     finished = False
     trained_before, loop_start = trained_s, time.time()
 
+    # --profile-steps: torch.profiler over that many steps, once 20 of this run's have warmed up
+    profile_at, profiler = (step + 20, None) if args.profile_steps else (None, None)
+    phase = torch.profiler.record_function
+
     def progress():
         """How far the plan is: by training time when it is in minutes, by steps otherwise."""
         if hp.get("minutes"):
@@ -790,24 +794,38 @@ def cmd_train(args):
         if batch_in_epoch >= len(batches):
             epoch, batch_in_epoch = epoch + 1, 0
             batches = make_batches(train_set, hp["max_tokens"], hp["max_batch"], hp["seed"] * 1000 + epoch)
-        rng = random.Random(hp["seed"] * 1_000_003 + step)
-        examples = []
-        for i in batches[batch_in_epoch]:
-            mode, ref = plan.choose(i, train_set[i], train_set, rng)
-            examples.append((train_set[i], mode, ref))
-        batch = to_device(collate(examples, COMPRESSOR_QUERIES), device)
+        if step == profile_at:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if device.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            profiler = torch.profiler.profile(activities=activities)
+            profiler.__enter__()
+        with phase("data"):
+            rng = random.Random(hp["seed"] * 1_000_003 + step)
+            examples = []
+            for i in batches[batch_in_epoch]:
+                mode, ref = plan.choose(i, train_set[i], train_set, rng)
+                examples.append((train_set[i], mode, ref))
+            batch = to_device(collate(examples, COMPRESSOR_QUERIES), device)
 
         lr = learning_rate(step, hp["lr"], hp["warmup"], progress())
         for group in optimizer.param_groups:
             group["lr"] = lr
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        with phase("forward"), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss, ce, stop, acc = batch_loss(model, batch, 1.0, hp["stop_pos_weight"])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        with phase("backward"):
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        with phase("optimizer"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
         step += 1
         batch_in_epoch += 1
+        if profiler is not None and step == profile_at + args.profile_steps:
+            profiler.__exit__(None, None, None)
+            print(f"profile of steps {profile_at + 1}-{step}:", flush=True)
+            print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=30), flush=True)
+            profiler = None
 
         window["loss"] += loss.detach()
         window["ce"] += ce.detach()
@@ -1073,6 +1091,9 @@ def main(argv=None):
     t.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     t.add_argument("--log-every", type=int, default=100)
     t.add_argument("--eval-every", type=int, default=1000)
+    t.add_argument("--profile-steps", type=int, default=0,
+                   help="profile this many steps (torch.profiler: CPU and CUDA time per operation and per "
+                        "phase: data, forward, backward, optimizer) after 20 of this run, and print the table")
 
     e = sub.add_parser("export", help="write a published-layout checkpoint directory")
     e.add_argument("run", help="run directory")
