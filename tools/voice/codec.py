@@ -22,7 +22,7 @@ within the first minutes (seen on the GPU: 1.0 distinct codes per channel after 
 took from whole utterances, the LM's own, instead of running the encoder on every segment: on an
 H200 the encoder's share of a step (as many activations as the decoder's) is gone. Training speed
 there: 1.8 steps/s at batch 256 × 1.5 s with the encoder (460 segments/s, the same as at batch 64:
-the narrow convolutions keep the GPU busy, so a CUDA graph gains nothing), 2.3 steps/s from the
+the narrow convolutions keep the GPU busy; replaying the step as a CUDA graph gained nothing), 2.3 steps/s from the
 codes while the LM trains beside it. All training audio is held in (GPU) memory as int16.
 Training is resumable: the checkpoint holds the fp32 weights, AdamW's moments in bf16 (8 bytes per
 parameter in all; about 16 MB at the default width, 12.4 MB once the frozen encoder's moments are
@@ -483,8 +483,7 @@ def restore_checkpoint(path, model, optimizer):
     progress = {k: ckpt.get(k, v) for k, v in PROGRESS_DEFAULTS.items()}
     for p, m, v in zip(model.parameters(), ckpt["exp_avg"], ckpt["exp_avg_sq"]):
         if m is not None:
-            step_device = p.device if optimizer.defaults.get("capturable") else "cpu"
-            optimizer.state[p] = {"step": torch.tensor(float(progress["step"]), device=step_device),
+            optimizer.state[p] = {"step": torch.tensor(float(progress["step"])),
                                   "exp_avg": m.to(p.device, torch.float32),
                                   "exp_avg_sq": v.to(p.device, torch.float32)}
     return progress
@@ -733,17 +732,7 @@ def train(args):
     else:
         widths = {"decoder_channels": args.decoder_channels, "encoder_channels": args.encoder_channels}
     model = NanoCodec(**widths).to(device)
-    use_graph = bool(args.cuda_graph)
-    if use_graph and device.type != "cuda":
-        raise SystemExit("codec: --cuda-graph needs a CUDA device")
-    if use_graph and args.min_frames != args.max_frames:
-        print("codec: segments of varying length, so no CUDA graph", flush=True)
-        use_graph = False
-    # a graph replays the optimizer's kernels as recorded: its step counts and learning rate must be
-    # device tensors that the replay reads (capturable), not numbers baked in at capture
-    lr_value = torch.tensor(args.lr, device=device) if use_graph else args.lr
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr_value, betas=(0.8, 0.99), weight_decay=0.01,
-                                  capturable=use_graph)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.8, 0.99), weight_decay=0.01)
     progress = dict(PROGRESS_DEFAULTS)
     if resuming:
         progress.update(restore_checkpoint(ckpt_path, model, optimizer))
@@ -800,16 +789,12 @@ def train(args):
 
     def set_lr(lr):
         for group in optimizer.param_groups:
-            if torch.is_tensor(group["lr"]):
-                group["lr"].fill_(lr)
-            else:
-                group["lr"] = lr
+            group["lr"] = lr
 
     def step_on(x, codes=None):
         """Forward, losses, backward, clip and AdamW on batch x (decoded from codes where given);
         no host synchronisation."""
-        # autocast's weight cache must be off where the step is recorded into a graph
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16, cache_enabled=False):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             if codes is None:
                 y, latent = model(x)
             else:
@@ -825,31 +810,10 @@ def train(args):
         optimizer.step()
         return {**losses, "loss": loss, "grad": grad_norm}
 
-    def capture(x):
-        """(graph, its input, its outputs): three warm-up steps on x on a side stream (they train:
-        AdamW's state and cuDNN's algorithm choice are made there), then one step recorded. The
-        small convolutions leave the GPU idle between kernel launches; a replay launches them all
-        at once."""
-        static_x = x.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                optimizer.zero_grad(set_to_none=True)
-                step_on(static_x)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        optimizer.zero_grad(set_to_none=True)  # the recorded backward writes fresh, static gradients
-        with torch.cuda.graph(graph):
-            outputs = step_on(static_x)
-        return graph, static_x, outputs
-
-    captured = None
-
     code_sampler = None
 
     def one_step(lr):
-        nonlocal captured, use_graph, code_sampler
+        nonlocal code_sampler
         set_lr(lr)
         if frozen and args.codes:
             # the encoder no longer changes: the decoder learns from its codes of whole utterances
@@ -863,17 +827,6 @@ def train(args):
             optimizer.zero_grad(set_to_none=True)
             return step_on(x, codes)
         x = sampler.sample(args.batch, args.min_frames, args.max_frames)
-        if use_graph:
-            try:
-                if captured is None:
-                    captured = capture(x)
-                graph, static_x, outputs = captured
-                static_x.copy_(x)
-                graph.replay()
-                return outputs
-            except RuntimeError as e:
-                print(f"codec: no CUDA graph ({e}); training step by step", flush=True)
-                use_graph, captured = False, None
         optimizer.zero_grad(set_to_none=True)
         return step_on(x)
 
@@ -902,7 +855,6 @@ def train(args):
             for p in model.audio_encoder.parameters():
                 p.requires_grad_(not frozen)  # frozen: the codes the LM learns from stay valid
                 p.grad = None
-            captured = None  # recorded with the encoder's gradients: record again
             if frozen:
                 print(f"codec: encoder frozen from step {progress['step']}", flush=True)
         lr = learning_rate(progress["step"], args.lr, args.warmup, schedule())
@@ -1035,9 +987,6 @@ def main(argv=None):
     p.add_argument("--codes", metavar="CODES_PT",
                    help="once the encoder is frozen, train the decoder on these codes of whole utterances "
                         "(codec.py encode's output) instead of running the encoder on each segment")
-    p.add_argument("--cuda-graph", action="store_true",
-                   help="replay each training step as one CUDA graph (CUDA only; not yet the default: "
-                        "its speed and losses are still to be compared with step-by-step training on a GPU)")
     p.add_argument("--save-minutes", type=float, default=5.0)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--min-frames", type=int, default=32, help="shortest segment in frames (~1.5 s)")
