@@ -215,8 +215,11 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     shutil.copytree(run_dir, run)
     assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--resume",
                     "--steps", str(TRAIN_STEPS + 2), "--max-tokens", "3000", "--max-batch", "8", "--lr", "1e-3",
-                    "--log-every", "1", "--eval-every", "0", "--threads", "1", "--device", "cpu"]) == 0
+                    "--log-every", "1", "--eval-every", "1", "--threads", "1", "--device", "cpu"]) == 0
     assert "max_tokens 1500 → 3000" in capsys.readouterr().out
+    last = json.loads((run / "train.log").read_text().splitlines()[-1])
+    # validation: the CE with each utterance's own text and with another's (what the text is worth)
+    assert last["step"] == TRAIN_STEPS + 2 and np.isfinite([last["valid_ce"], last["valid_ce_other_text"]]).all()
     state = json.loads((run / lm.CHECKPOINT / "state.json").read_text())
     assert state["step"] == TRAIN_STEPS + 2
     assert (state["train"]["max_tokens"], state["train"]["max_batch"], state["train"]["lr"]) == (3000, 8, 1e-3)

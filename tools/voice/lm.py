@@ -750,9 +750,12 @@ def cmd_train(args):
     position = {id(u): j for j, u in enumerate(utterances)}
 
     def validate():
+        """(loss, CE, stop BCE, CE with each utterance given another's text): the gap between the
+        two CEs is what the text is worth to the model, near 0 until it has learned to follow it."""
         model.eval()
         rng = random.Random(hp["seed"])
         total, ce_sum, stop_sum, n = 0.0, 0.0, 0.0, 0
+        other_sum, n_other = 0.0, 0
         with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             for indices in valid_batches:
                 examples = []
@@ -763,8 +766,17 @@ def cmd_train(args):
                 batch = to_device(collate(examples, COMPRESSOR_QUERIES), device)
                 loss, ce, stop, _ = batch_loss(model, batch, 1.0, hp["stop_pos_weight"])
                 total, ce_sum, stop_sum, n = total + float(loss), ce_sum + float(ce), stop_sum + float(stop), n + 1
+                if len(examples) > 1:
+                    texts = [u for u, _, _ in examples[1:] + examples[:1]]
+                    swapped = [(Utterance(u.id, u.speaker, t.tokens, t.ids, u.codes), mode, ref)
+                               for (u, mode, ref), t in zip(examples, texts)]
+                    _, ce, _, _ = batch_loss(model, to_device(collate(swapped, COMPRESSOR_QUERIES), device),
+                                             1.0, hp["stop_pos_weight"])
+                    other_sum, n_other = other_sum + float(ce), n_other + 1
         model.train()
-        return (total / n, ce_sum / n, stop_sum / n) if n else None
+        if not n:
+            return None
+        return total / n, ce_sum / n, stop_sum / n, (other_sum / n_other if n_other else None)
 
     log_path = run_dir / "train.log"
     last_save = time.time()
@@ -841,7 +853,7 @@ def cmd_train(args):
                       "frames_per_s": window["frames"] / max(dt, 1e-9), "elapsed_s": time.time() - started}
             if args.eval_every and step % args.eval_every == 0 and valid_batches:
                 v = validate()
-                record.update(valid_loss=v[0], valid_ce=v[1], valid_stop=v[2])
+                record.update(valid_loss=v[0], valid_ce=v[1], valid_stop=v[2], valid_ce_other_text=v[3])
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()),
                   flush=True)
             with open(log_path, "a", encoding="utf-8") as f:
