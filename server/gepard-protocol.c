@@ -18,6 +18,23 @@ is_string (JsonNode *node)
   return JSON_NODE_HOLDS_VALUE (node) && json_node_get_value_type (node) == G_TYPE_STRING;
 }
 
+/* The text of a JSON string, refused when it is not UTF-8: json-glib also decodes escapes that
+ * JSON does not define, a backslash and octal digits ("\\333"), into any byte, and the string may
+ * come back in an event or a log. */
+static gboolean
+text_of (JsonNode *node, const char *name, const char **out, GError **error)
+{
+  const char *text = json_node_get_string (node);
+  if (!g_utf8_validate (text, -1, NULL))
+    {
+      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+                   "%s is not UTF-8 text: escape characters as JSON does (\\uXXXX)", name);
+      return FALSE;
+    }
+  *out = text;
+  return TRUE;
+}
+
 /* NULL (absent or null) is fine; anything but a string is not. */
 static gboolean
 read_string (JsonObject *object, const char *name, char **out, GError **error)
@@ -25,10 +42,13 @@ read_string (JsonObject *object, const char *name, char **out, GError **error)
   JsonNode *node = json_object_get_member (object, name);
   if (node == NULL || JSON_NODE_HOLDS_NULL (node))
     return TRUE;
+  const char *text;
   if (!is_string (node))
     return bad_type (name, "a string", error);
+  if (!text_of (node, name, &text, error))
+    return FALSE;
   g_free (*out);
-  *out = g_strdup (json_node_get_string (node));
+  *out = g_strdup (text);
   return TRUE;
 }
 
@@ -52,9 +72,12 @@ read_voice (JsonObject *object, char **out, GError **error)
   JsonNode *node = json_object_get_member (object, "voice");
   if (node == NULL || JSON_NODE_HOLDS_NULL (node))
     return TRUE;
+  const char *text;
   if (is_string (node))
     {
-      *out = g_strdup (json_node_get_string (node));
+      if (!text_of (node, "voice", &text, error))
+        return FALSE;
+      *out = g_strdup (text);
       return TRUE;
     }
   if (!JSON_NODE_HOLDS_OBJECT (node))
@@ -65,18 +88,21 @@ read_voice (JsonObject *object, char **out, GError **error)
     {
       if (!is_string (mode))
         return bad_type ("voice.mode", "a string", error);
-      if (strcmp (json_node_get_string (mode), "id") != 0)
+      if (!text_of (mode, "voice.mode", &text, error))
+        return FALSE;
+      if (strcmp (text, "id") != 0)
         {
           g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
-                       "voice.mode \"%s\" is not supported: give a voice id",
-                       json_node_get_string (mode));
+                       "voice.mode \"%s\" is not supported: give a voice id", text);
           return FALSE;
         }
     }
   JsonNode *id = json_object_get_member (voice, "id");
   if (id == NULL || !is_string (id))
     return bad_type ("voice.id", "a string", error);
-  *out = g_strdup (json_node_get_string (id));
+  if (!text_of (id, "voice.id", &text, error))
+    return FALSE;
+  *out = g_strdup (text);
   return TRUE;
 }
 

@@ -1,6 +1,7 @@
 /* The events gepard-server sends, read back with json-glib as a client would: the chunk event
  * (built by hand for speed) must be valid JSON with the audio intact, whatever the context id
  * holds and whatever the audio's length modulo 3. */
+#include "gepard-api-error.h"
 #include "gepard-protocol.h"
 
 #include <json-glib/json-glib.h>
@@ -66,11 +67,45 @@ test_chunk_context_ids (void)
   check_chunk (NULL, 5, 1e300, 0);
 }
 
+/* json-glib decodes "\\" + octal digits into a byte that need not be UTF-8: such a string is
+ * refused, and the error event that answers it is JSON (found by fuzz-ws-message). */
+static void
+test_request_strings_are_utf8 (void)
+{
+  const char *requests[] = {
+      "{\"context_id\": \"a\\333b\", \"transcript\": \"Hi.\"}",
+      "{\"context_id\": \"c\", \"transcript\": \"Hi \\377.\"}",
+      "{\"context_id\": \"c\", \"voice\": \"v\\333\"}",
+      "{\"context_id\": \"c\", \"voice\": {\"id\": \"v\\333\"}}",
+      "{\"context_id\": \"c\", \"voice\": {\"mode\": \"\\333\", \"id\": \"v\"}}",
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (requests); i++)
+    {
+      g_auto (GepardTtsRequest) request = {0};
+      g_autoptr (GError) error = NULL;
+      g_assert_false (
+          gepard_tts_request_parse (requests[i], strlen (requests[i]), &request, &error));
+      g_assert_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST);
+      g_assert_nonnull (strstr (error->message, "is not UTF-8 text"));
+      g_autofree char *text = gepard_event_error (request.context_id, error, "test");
+      g_autoptr (JsonParser) parser = json_parser_new ();
+      JsonObject *event = parse_event (text, parser);
+      g_assert_cmpstr (json_object_get_string_member (event, "type"), ==, "error");
+    }
+  /* escapes JSON defines still work */
+  const char *valid = "{\"context_id\": \"\\u00e9\\n\"}";
+  g_auto (GepardTtsRequest) request = {0};
+  g_autoptr (GError) error = NULL;
+  g_assert_true (gepard_tts_request_parse (valid, strlen (valid), &request, &error));
+  g_assert_cmpstr (request.context_id, ==, "\xc3\xa9\n");
+}
+
 int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/protocol/chunk/audio-lengths", test_chunk_audio_lengths);
   g_test_add_func ("/protocol/chunk/context-ids", test_chunk_context_ids);
+  g_test_add_func ("/protocol/request/strings-are-utf8", test_request_strings_are_utf8);
   return g_test_run ();
 }
