@@ -88,9 +88,11 @@ gepard_api_error_http_body (const GError *error, guint version, const char *requ
   guint status = gepard_api_error_get_status (error);
   const char *title = gepard_api_error_get_title (status);
   /* an error of another domain is our bug: its text is for the log, not the client */
-  const char *message = error != NULL && error->domain == GEPARD_API_ERROR
-                            ? error->message
-                            : "The server could not complete the request.";
+  /* what a request held may be quoted in the message: the body is UTF-8 whatever it held */
+  g_autofree char *message = g_utf8_make_valid (error != NULL && error->domain == GEPARD_API_ERROR
+                                                    ? error->message
+                                                    : "The server could not complete the request.",
+                                                -1);
 
   if (version < GEPARD_API_VERSION_2026_03_01)
     {

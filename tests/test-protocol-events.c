@@ -78,6 +78,8 @@ test_request_strings_are_utf8 (void)
       "{\"context_id\": \"c\", \"voice\": \"v\\333\"}",
       "{\"context_id\": \"c\", \"voice\": {\"id\": \"v\\333\"}}",
       "{\"context_id\": \"c\", \"voice\": {\"mode\": \"\\333\", \"id\": \"v\"}}",
+      "{\"context_id\": \"c\", \"output_format\": {\"container\": \"r\\333\", \"encoding\": "
+      "\"pcm_s16le\", \"sample_rate\": 24000}}",
   };
   for (guint i = 0; i < G_N_ELEMENTS (requests); i++)
     {
@@ -92,6 +94,15 @@ test_request_strings_are_utf8 (void)
       JsonObject *event = parse_event (text, parser);
       g_assert_cmpstr (json_object_get_string_member (event, "type"), ==, "error");
     }
+  /* an HTTP error body is UTF-8 JSON whatever its message quotes */
+  g_autoptr (GError) quoting
+      = g_error_new (GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST, "Unsupported \"r\xdb\"");
+  const char *content_type = NULL;
+  g_autofree char *body
+      = gepard_api_error_http_body (quoting, GEPARD_API_VERSION_LATEST, "test", &content_type);
+  g_assert_cmpstr (content_type, ==, "application/json");
+  g_autoptr (JsonParser) body_parser = json_parser_new ();
+  parse_event (body, body_parser);
   /* escapes JSON defines still work */
   const char *valid = "{\"context_id\": \"\\u00e9\\n\"}";
   g_auto (GepardTtsRequest) request = {0};
