@@ -81,6 +81,16 @@ gepard_api_version_parse (const char *value)
   return y * 10000u + m * 100u + d;
 }
 
+gboolean
+gepard_api_error_check_text (const char *text, const char *name, GError **error)
+{
+  if (g_utf8_validate (text, -1, NULL))
+    return TRUE;
+  g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
+               "%s is not UTF-8 text: escape characters as JSON does (\\uXXXX)", name);
+  return FALSE;
+}
+
 char *
 gepard_api_error_http_body (const GError *error, guint version, const char *request_id,
                             const char **content_type)

@@ -35,6 +35,11 @@ const char *gepard_api_error_get_code (const GError *error);
 /* "Bad Request" and the like. */
 const char *gepard_api_error_get_title (guint status);
 
+/* TRUE when `text`, the string `name` of a request, is UTF-8; else a BAD_REQUEST error. json-glib
+ * also decodes escapes that JSON does not define, a backslash and octal digits ("\\333"), into
+ * any byte, and a request's strings may come back in an event, a body or a log. */
+gboolean gepard_api_error_check_text (const char *text, const char *name, GError **error);
+
 /* API versions as YYYYMMDD numbers. */
 #define GEPARD_API_VERSION_2024_06_10 20240610u
 #define GEPARD_API_VERSION_2026_03_01 20260301u

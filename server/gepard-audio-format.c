@@ -19,15 +19,9 @@ member_string (JsonObject *object, const char *name, GError **error)
                    "output_format.%s must be a string", name);
       return NULL;
     }
-  /* json-glib decodes "\\" + octal digits into any byte */
-  if (!g_utf8_validate (json_node_get_string (node), -1, NULL))
-    {
-      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
-                   "output_format.%s is not UTF-8 text: escape characters as JSON does (\\uXXXX)",
-                   name);
-      return NULL;
-    }
-  return json_node_get_string (node);
+  const char *text = json_node_get_string (node);
+  g_autofree char *full_name = g_strconcat ("output_format.", name, NULL);
+  return gepard_api_error_check_text (text, full_name, error) ? text : NULL;
 }
 
 gboolean

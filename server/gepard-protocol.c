@@ -18,21 +18,12 @@ is_string (JsonNode *node)
   return JSON_NODE_HOLDS_VALUE (node) && json_node_get_value_type (node) == G_TYPE_STRING;
 }
 
-/* The text of a JSON string, refused when it is not UTF-8: json-glib also decodes escapes that
- * JSON does not define, a backslash and octal digits ("\\333"), into any byte, and the string may
- * come back in an event or a log. */
+/* The text of a JSON string, refused when it is not UTF-8 (gepard_api_error_check_text). */
 static gboolean
 text_of (JsonNode *node, const char *name, const char **out, GError **error)
 {
-  const char *text = json_node_get_string (node);
-  if (!g_utf8_validate (text, -1, NULL))
-    {
-      g_set_error (error, GEPARD_API_ERROR, GEPARD_API_ERROR_BAD_REQUEST,
-                   "%s is not UTF-8 text: escape characters as JSON does (\\uXXXX)", name);
-      return FALSE;
-    }
-  *out = text;
-  return TRUE;
+  *out = json_node_get_string (node);
+  return gepard_api_error_check_text (*out, name, error);
 }
 
 /* NULL (absent or null) is fine; anything but a string is not. */
