@@ -35,6 +35,16 @@ add_placement (JsonBuilder *b, const GepardServerConfig *config)
   json_builder_end_object (b);
 }
 
+/* "running" and "waiting": an engine's utterances, or all engines' */
+static void
+add_streams (JsonBuilder *b, const GepardEngineStats *stats)
+{
+  json_builder_set_member_name (b, "running");
+  json_builder_add_int_value (b, stats->running);
+  json_builder_set_member_name (b, "waiting");
+  json_builder_add_int_value (b, stats->waiting);
+}
+
 /* "engines": one entry per engine (one per GPU in use, or the CPU's). */
 static void
 add_engines (JsonBuilder *b, GepardEnginePool *engines)
@@ -55,10 +65,7 @@ add_engines (JsonBuilder *b, GepardEnginePool *engines)
         json_builder_add_null_value (b);
       json_builder_set_member_name (b, "device");
       json_builder_add_string_value (b, gepard_engine_get_device_description (engine));
-      json_builder_set_member_name (b, "running");
-      json_builder_add_int_value (b, stats.running);
-      json_builder_set_member_name (b, "waiting");
-      json_builder_add_int_value (b, stats.waiting);
+      add_streams (b, &stats);
       json_builder_end_object (b);
     }
   json_builder_end_array (b);
@@ -96,10 +103,7 @@ gepard_routes_health (GepardServer *server, SoupServerMessage *msg)
       json_builder_add_string_value (b, gepard_engine_get_device_description (first));
       json_builder_set_member_name (b, "test_model");
       json_builder_add_boolean_value (b, gepard_engine_is_test_model (first));
-      json_builder_set_member_name (b, "running");
-      json_builder_add_int_value (b, stats.running);
-      json_builder_set_member_name (b, "waiting");
-      json_builder_add_int_value (b, stats.waiting);
+      add_streams (b, &stats);
       json_builder_end_object (b);
       add_engines (b, server->engines);
       gboolean store_ok = TRUE;
