@@ -229,7 +229,8 @@ def test_decoder_trains_on_the_encoders_codes(data_dir, trained, tmp_path):
 
     rows = codec.read_index(data_dir, "train")
     audio, offsets, lengths = codec.load_audio(data_dir, rows)
-    sampler = codec.CodeSegmentSampler(codes, audio, offsets, lengths, rows, 32, "cpu", seed=3)
+    segments = codec.SegmentSampler(audio, offsets, lengths, "cpu", seed=0)
+    sampler = codec.CodeSegmentSampler(codes, segments, rows, 32, seed=3)
     segment_codes, x = sampler.sample(4)
     assert segment_codes.shape == (4, 32, 32) and x.shape == (4, 32 * codec.SAMPLES_PER_FRAME)
     by_id = {u["id"]: u["codes"] for u in torch.load(codes, weights_only=False)["utterances"]}

@@ -643,6 +643,11 @@ class SegmentSampler:
         pick = torch.randint(0, self.lengths.numel(), (batch,), generator=self.generator).to(self.device)
         room = (self.lengths[pick] - length).clamp_min(0)
         start = (torch.rand(batch, generator=self.generator).to(self.device) * (room + 1)).long()
+        return self.audio_at(pick, start, length)
+
+    def audio_at(self, pick, start, length):
+        """Samples start … start + length − 1 of the utterances ``pick`` (device tensors [B]), zero
+        past their ends, as float [B, length]."""
         pos = start[:, None] + torch.arange(length, device=self.device)[None, :]
         valid = pos < self.lengths[pick][:, None]
         index = (self.offsets[pick][:, None] + pos).clamp_max(self.audio.numel() - 1)
@@ -652,38 +657,36 @@ class SegmentSampler:
 
 class CodeSegmentSampler:
     """Random segments of ``frames`` frames as (codes [B, 32, F], audio [B, F·1024]): the codes the
-    frozen encoder gave each whole utterance (``codec.py encode``) and the audio they stand for.
+    frozen encoder gave each whole utterance (``codec.py encode``) and the audio they stand for, read
+    from ``segments`` (the SegmentSampler of ``rows``, whose audio is on the device already).
     Utterances shorter than a segment are left out."""
 
-    def __init__(self, codes_path, audio, offsets, lengths, rows, frames, device, seed):
+    def __init__(self, codes_path, segments, rows, frames, seed):
         payload = torch.load(str(codes_path), map_location="cpu", weights_only=False)
         by_id = {u["id"]: u["codes"] for u in payload["utterances"]}
         keep = [i for i, r in enumerate(rows) if r["id"] in by_id and by_id[r["id"]].shape[0] >= frames]
         if not keep:
             raise SystemExit(f"codec: no utterance of {codes_path} has {frames} frames")
         codes = [torch.as_tensor(by_id[rows[i]["id"]]) for i in keep]
+        self.segments = segments
+        self.device = segments.device
+        self.utterances = torch.tensor(keep, device=self.device)  # rows of segments' table
         self.frames = frames
-        self.codes = torch.cat(codes).to(device)  # uint8 [ΣT, 32]
+        self.codes = torch.cat(codes).to(self.device)  # uint8 [ΣT, 32]
         counts = torch.tensor([c.shape[0] for c in codes])
-        self.code_offsets = (torch.cumsum(counts, 0) - counts).to(device)
-        self.code_counts = counts.to(device)
-        self.audio = torch.from_numpy(audio).to(device)
-        self.offsets = torch.from_numpy(offsets[keep]).to(device)
-        self.lengths = torch.from_numpy(lengths[keep]).to(device)
-        self.device = device
+        self.code_offsets = (torch.cumsum(counts, 0) - counts).to(self.device)
+        self.code_counts = counts.to(self.device)
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
 
     def sample(self, batch):
-        pick = torch.randint(0, self.lengths.numel(), (batch,), generator=self.generator).to(self.device)
+        pick = torch.randint(0, len(self.utterances), (batch,), generator=self.generator).to(self.device)
         room = self.code_counts[pick] - self.frames
         start = (torch.rand(batch, generator=self.generator).to(self.device) * (room + 1)).long()
         frame = start[:, None] + torch.arange(self.frames, device=self.device)[None, :]
         codes = self.codes[self.code_offsets[pick][:, None] + frame].transpose(1, 2).long()
-        pos = start[:, None] * SAMPLES_PER_FRAME + torch.arange(self.frames * SAMPLES_PER_FRAME, device=self.device)
-        valid = pos < self.lengths[pick][:, None]
-        index = (self.offsets[pick][:, None] + pos).clamp_max(self.audio.numel() - 1)
-        x = torch.where(valid, self.audio[index], torch.zeros((), dtype=self.audio.dtype, device=self.device))
-        return codes, x.float() / 32768.0
+        x = self.segments.audio_at(self.utterances[pick], start * SAMPLES_PER_FRAME,
+                                   self.frames * SAMPLES_PER_FRAME)
+        return codes, x
 
 
 def validation_batch(data_dir, device, count=16, frames=43):
@@ -819,10 +822,10 @@ def train(args):
             # the encoder no longer changes: the decoder learns from its codes of whole utterances
             # (those the LM learns from) and no encoder runs
             if code_sampler is None:
-                code_sampler = CodeSegmentSampler(args.codes, audio, offsets, lengths, rows, args.max_frames,
-                                                  device, args.seed + progress["step"])
+                code_sampler = CodeSegmentSampler(args.codes, sampler, rows, args.max_frames,
+                                                  args.seed + progress["step"])
                 print(f"codec: the decoder trains on the codes in {args.codes} "
-                      f"({code_sampler.lengths.numel()} utterances)", flush=True)
+                      f"({len(code_sampler.utterances)} utterances)", flush=True)
             codes, x = code_sampler.sample(args.batch)
             optimizer.zero_grad(set_to_none=True)
             return step_on(x, codes)
