@@ -84,10 +84,11 @@ codec_train() {
   python3 tools/voice/codec.py train "$work/data" --ckpt "$run/codec.ckpt" --resume \
     --minutes "$codec_minutes" --freeze-encoder-after "$encoder_minutes" ${CODEC_ARGS:-} "$@"
 }
+lm_batch=${LM_BATCH-"--max-tokens 96000 --max-batch 384"}
 lm_train() {
   # shellcheck disable=SC2086
   python3 tools/voice/lm.py train --data "$work/data/codes.pt" --run "$run/lm" --tokenizer "$run/tokenizer.json" \
-    --resume --minutes "$lm_minutes" ${LM_BATCH-"--max-tokens 96000 --max-batch 384"} ${LM_ARGS:-} "$@"
+    --resume --minutes "$lm_minutes" $lm_batch ${LM_ARGS:-} "$@"
 }
 
 if ! codec_reached "$encoder_minutes"; then
