@@ -226,6 +226,52 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     assert state["train"]["warmup"] == 4  # not given: kept
 
 
+def test_alignment_loss_prefers_a_walk_over_the_whole_utterance():
+    """alignment_loss is low for a head that walks over the text tokens in order while the frames
+    last, and high for one that walks backwards, races through the text and then looks elsewhere,
+    or ignores the text."""
+    n, text, frames = 12, [2, 3, 4], list(range(5, 11))
+    key = torch.eye(n)[None, None]  # [B=1, Hkv=1, N, D=N]: key j is one-hot j
+
+    def loss_for(targets):
+        query = torch.zeros(1, 2, n, n)
+        for row, target in zip(frames, targets):
+            query[0, :, row, target] = 8.0  # both query heads look at `target` from frame `row`
+        request = {"rows": torch.tensor([frames]), "row_len": torch.tensor([len(frames)]),
+                   "cols": torch.tensor([text]), "col_len": torch.tensor([len(text)]), "heads": [0, 1]}
+        return float(lm.alignment_loss(query, key, 1.0, request))
+
+    walking = loss_for([2, 2, 3, 3, 4, 4])
+    racing = loss_for([2, 3, 4, 0, 1, 0])
+    backward = loss_for([4, 4, 3, 3, 2, 2])
+    ignoring = loss_for([0, 1, 0, 1, 0, 1])
+    print(f"\nalignment loss: walking {walking:.3f}, racing {racing:.3f}, backward {backward:.3f}, "
+          f"ignoring the text {ignoring:.3f}")
+    assert walking < 0.05
+    assert racing > 0.5 and ignoring > 1.0 and backward > 5.0
+
+
+def test_alignment_loss_trains(run_dir, exported, data, tmp_path):
+    """A run resumed with --align-weight logs the alignment loss, lowers it, and exports the same
+    tensors (the loss adds nothing to the model)."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    steps = 24
+    assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--resume",
+                    "--steps", str(TRAIN_STEPS + steps), "--align-weight", "1", "--log-every", "1",
+                    "--eval-every", "0", "--threads", "1", "--device", "cpu"]) == 0
+    records = [json.loads(line) for line in (run / "train.log").read_text().splitlines()][-steps:]
+    align = [r["align"] for r in records]
+    print(f"\nalignment loss over {steps} steps: {np.mean(align[:4]):.3f} → {np.mean(align[-4:]):.3f}")
+    assert np.isfinite(align).all() and np.mean(align[-4:]) < 0.9 * np.mean(align[:4])
+    state = json.loads((run / lm.CHECKPOINT / "state.json").read_text())
+    assert state["train"]["align_weight"] == 1.0 and state["train"]["align_layers"] == ""
+    out = tmp_path / "export"
+    assert lm.main(["export", str(run), str(out)]) == 0
+    ours, before = load_pt(str(out / "model.safetensors")), load_pt(str(exported / "model.safetensors"))
+    assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in before.items()}
+
+
 def test_held_out_speaker_is_left_out(data, tokenizer_json):
     levels, records = lm.load_codes(data / "codes.pt")
     special = lm.tokenizer_special_ids(tokenizer_json)

@@ -71,10 +71,12 @@ COMPRESSOR_QUERIES = 8  # §3.6
 COMPRESSOR_BLOCKS = 2
 ROPE_THETA = 1e7  # §1.5
 DEFAULT_STEPS = 40000
-# the batches and learning rate of a new run, where not given; a resumed run keeps its own unless
-# given others. On a GPU the small model is bound by the host's work per step (one H200 stays
-# ~10 % busy at these sizes), so larger batches there train faster: recipe.sh passes larger ones.
-BATCH_DEFAULTS = {"lr": 1e-3, "warmup": 1000, "max_tokens": 24000, "max_batch": 96}
+# the batches, learning rate and alignment loss of a new run, where not given; a resumed run keeps
+# its own unless given others. On a GPU the small model is bound by the host's work per step (one
+# H200 stays ~10 % busy at these sizes), so larger batches there train faster: recipe.sh passes
+# larger ones. align_layers "" means every layer but the first (see alignment_loss).
+BATCH_DEFAULTS = {"lr": 1e-3, "warmup": 1000, "max_tokens": 24000, "max_batch": 96,
+                  "align_weight": 0.0, "align_layers": ""}
 
 # §3.1 text repetition, as the published gepard_config.json has it
 TEXT_REPETITION = {"enabled": True, "target_text_tokens": 16, "apply_below": 13, "max_repeats": 8,
@@ -340,6 +342,80 @@ class GepardLM(nn.Module):
         return logits.masked_fill(~self.logit_valid, -1e9)
 
 
+# ---- the alignment loss (training only) ----------------------------------------------------------
+#
+# A decoder-only TTS model must find on its own which text token each frame speaks, and a small one
+# trained for minutes mostly does not: it continues the audio and drifts off the text. The
+# alignment loss (after the "forward-sum" loss of RAD-TTS, applied to self-attention) teaches a few
+# attention heads a monotonic walk over the text that lasts the whole utterance: for the query of
+# each frame, a head's attention over the last text block's tokens (§3.1), renormalised over them,
+# is read as a distribution over tokens 1 … k, and CTC with an impossible blank maximises the
+# probability of all paths that go through tokens 1 … k in order, every frame on one token (stay or
+# advance by one). Each frame thus knows where it is in the text, the last frames on the last
+# token. (A blank that means "attending to anything else" lets the walk race through the text in k
+# frames and rest there after: seen on a trained model, the cursor crossed a sentence in 29 frames
+# of 64.) The model's forward pass is unchanged (SDPA computes the attention output; the loss
+# re-reads q and k of the chosen heads), so nothing of it reaches the export.
+
+ALIGN_ATTENTION = "gepard_align"
+
+
+def alignment_loss(query, key, scaling, request):
+    """CTC over the attention of request["heads"] (query heads) from the frame rows to the text.
+
+    query [B, Hq, N, D], key [B, Hkv, N, D]; request: rows [B, F] (query positions, F = frames),
+    row_len [B], cols [B, T] (text token positions), col_len [B]."""
+    rows, cols = request["rows"], request["cols"]
+    heads = request["heads"]
+    groups = query.shape[1] // key.shape[1]
+    with torch.autocast(query.device.type, enabled=False):
+        q = query[:, heads].float()
+        k = key[:, [h // groups for h in heads]].float()
+        b, hs, _, d = q.shape
+        f, t = rows.shape[1], cols.shape[1]
+        q = torch.gather(q, 2, rows[:, None, :, None].expand(b, hs, f, d))
+        k = torch.gather(k, 2, cols[:, None, :, None].expand(b, hs, t, d))
+        scores = (q @ k.transpose(-1, -2)) * scaling  # [B, Hs, F, T]: the text keys precede every frame
+        col_valid = torch.arange(t, device=q.device)[None, :] < request["col_len"][:, None]
+        text = torch.log_softmax(scores.masked_fill(~col_valid[:, None, None, :], float("-inf")), -1)
+        blank = torch.full_like(text[..., :1], -1e4)  # never taken
+        log_probs = torch.cat([blank, text.clamp(min=-1e4)], -1)  # CTC's gradient is NaN at −inf
+        log_probs = log_probs.permute(2, 0, 1, 3).reshape(f, b * hs, 1 + t)
+        targets = torch.arange(1, t + 1, device=q.device).expand(b * hs, t)
+        return F.ctc_loss(log_probs, targets, request["row_len"].repeat_interleave(hs),
+                          request["col_len"].repeat_interleave(hs), blank=0, reduction="mean",
+                          zero_infinity=True)
+
+
+def register_align_attention():
+    """The attention implementation ALIGN_ATTENTION: SDPA, plus alignment_loss on the layers that
+    carry an align_request (its value left in the module's align_value)."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    def forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        out = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                     dropout=dropout, **kwargs)
+        request = getattr(module, "align_request", None)
+        if request is not None:
+            module.align_value = alignment_loss(query, key, module.scaling if scaling is None else scaling,
+                                                request)
+        return out
+
+    AttentionInterface.register(ALIGN_ATTENTION, forward)
+    AttentionMaskInterface.register(ALIGN_ATTENTION, sdpa_mask)
+
+
+def align_layer_indices(spec, text):
+    """"1,2" → [1, 2]; "" → every layer but the first."""
+    layers = spec["num_hidden_layers"]
+    chosen = [int(x) for x in text.split(",") if x.strip()] if text else list(range(1, layers))
+    if not chosen or any(not 0 <= i < layers for i in chosen):
+        raise SystemExit(f"--align-layers {text!r}: layers are 0…{layers - 1}")
+    return chosen
+
+
 def count_parameters(model):
     return sum(p.numel() for p in model.state_dict().values())
 
@@ -470,6 +546,11 @@ def collate(examples, n_queries):
     index = np.full((len(examples), width), zero_row, dtype=np.int64)
     mask = np.zeros((len(examples), width), dtype=np.int64)
     head_rows, stop_rows, stop_labels = [], [], []
+    # alignment_loss: per row, the query positions of the frames and the last text block's tokens
+    n_rows = max(u.codes.shape[0] for u, _, _ in examples)
+    n_cols = max(len(u.tokens) for u, _, _ in examples)
+    align_rows = np.zeros((len(examples), n_rows), dtype=np.int64)
+    align_cols = np.zeros((len(examples), n_cols), dtype=np.int64)
     text_at, frame_at, ref_at = text_base, frame_base, 0
     for b, (u, mode, _) in enumerate(examples):
         pos = 0
@@ -486,6 +567,9 @@ def collate(examples, n_queries):
         text_at += n
         frame_at += t
         mask[b, :pos + n + t] = 1
+        k = len(u.tokens)  # [… SOT t₁…t_k EOT SOS]: the last block's tokens end 3 before the frames
+        align_cols[b, :k] = np.arange(pos + n - 2 - k, pos + n - 2)
+        align_rows[b, :t] = np.arange(pos + n - 1, pos + n - 1 + t)
         first_frame = b * width + pos + n
         head_rows.append(np.arange(first_frame - 1, first_frame - 1 + t))  # SOS, frames 0…T−2
         stop_rows.append(np.arange(first_frame, first_frame + t))  # frames 0…T−1
@@ -503,6 +587,10 @@ def collate(examples, n_queries):
         "stop_labels": torch.from_numpy(np.concatenate(stop_labels)),
         "ref_codes": None,
         "ref_mask": None,
+        "align_rows": torch.from_numpy(align_rows),
+        "align_row_len": torch.tensor([u.codes.shape[0] for u, _, _ in examples]),
+        "align_cols": torch.from_numpy(align_cols),
+        "align_col_len": torch.tensor([len(u.tokens) for u, _, _ in examples]),
     }
     if refs:
         batch["ref_codes"] = torch.nn.utils.rnn.pad_sequence(refs, batch_first=True)
@@ -511,8 +599,10 @@ def collate(examples, n_queries):
     return batch
 
 
-def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0):
-    """Teacher-forced losses: (total, mean channel CE, stop BCE, head accuracy)."""
+def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=0.0, align_layers=()):
+    """Teacher-forced losses: {"loss" (the total), "ce" (mean channel CE), "stop" (BCE),
+    "accuracy" (heads), "align" (alignment_loss averaged over align_layers, when align_weight > 0)}.
+    The alignment loss needs a model built with ALIGN_ATTENTION."""
     h = model.config.hidden_size
     parts = []
     if batch["ref_codes"] is not None:
@@ -523,7 +613,21 @@ def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0):
     parts.append(model.embed_frames(frames).float())
     parts.append(torch.zeros(1, h, device=batch["index"].device))
     inputs = torch.cat(parts)[batch["index"]]
-    hidden = model.model(inputs_embeds=inputs, attention_mask=batch["mask"], use_cache=False).last_hidden_state
+    attentions = [model.model.layers[i].self_attn for i in align_layers] if align_weight > 0 else []
+    if attentions and model.config._attn_implementation != ALIGN_ATTENTION:
+        raise ValueError(f"the alignment loss needs a model built with {ALIGN_ATTENTION!r}")
+    request = {"rows": batch["align_rows"], "row_len": batch["align_row_len"], "cols": batch["align_cols"],
+               "col_len": batch["align_col_len"],
+               "heads": list(range(0, model.config.num_attention_heads,
+                                   model.config.num_attention_heads // model.config.num_key_value_heads))}
+    for attention in attentions:
+        attention.align_request, attention.align_value = request, None
+    try:
+        hidden = model.model(inputs_embeds=inputs, attention_mask=batch["mask"], use_cache=False).last_hidden_state
+    finally:
+        values = [attention.align_value for attention in attentions]
+        for attention in attentions:
+            attention.align_request, attention.align_value = None, None
     hidden = hidden.reshape(-1, h)
 
     logits = model.head_logits(hidden[batch["head_rows"]])  # [M, 32, L]
@@ -532,7 +636,11 @@ def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0):
     stop_logits = model.stop_head(hidden[batch["stop_rows"]])[:, 0].float()
     pos_weight = torch.tensor(stop_pos_weight, device=stop_logits.device)
     stop = F.binary_cross_entropy_with_logits(stop_logits, batch["stop_labels"], pos_weight=pos_weight)
-    return ce + stop_weight * stop, ce, stop, accuracy
+    loss = ce + stop_weight * stop
+    align = torch.stack(values).mean() if values else torch.zeros((), device=loss.device)
+    if values:
+        loss = loss + align_weight * align
+    return {"loss": loss, "ce": ce, "stop": stop, "accuracy": accuracy, "align": align}
 
 
 def to_device(batch, device):
@@ -705,7 +813,9 @@ def cmd_train(args):
     if args.minutes is not None and restored is not None:
         hp["minutes"] = args.minutes
     if restored is not None:
-        # a resumed run may go on with other batches and learning rate (a faster machine, say)
+        for k, v in BATCH_DEFAULTS.items():
+            hp.setdefault(k, v)  # a run from before the option
+        # a resumed run may go on with other batches, learning rate or alignment loss
         changed = {k: getattr(args, k) for k in BATCH_DEFAULTS if getattr(args, k) not in (None, hp[k])}
         if changed:
             print("resumed with " + ", ".join(f"{k} {hp[k]} → {v}" for k, v in changed.items()), flush=True)
@@ -723,8 +833,11 @@ def cmd_train(args):
     plan = VoicePlan(train_set, hp["default_speaker"], hp["p_default_none"], hp["p_null"])
     valid_plan = VoicePlan(utterances, hp["default_speaker"], hp["p_default_none"], hp["p_null"])
 
+    align_layers = align_layer_indices(spec["shape"], hp["align_layers"]) if hp["align_weight"] > 0 else []
+    if align_layers:
+        register_align_attention()
     torch.manual_seed(hp["seed"])
-    model = build_model(spec).to(device)
+    model = build_model(spec, ALIGN_ATTENTION if align_layers else "sdpa").to(device)
     optimizer = make_optimizer(model, hp["lr"], hp["weight_decay"], (0.9, 0.95), device.type == "cuda")
     step, epoch, batch_in_epoch, trained_s = 0, 0, 0, 0.0
     if restored is not None:
@@ -764,15 +877,16 @@ def cmd_train(args):
                     mode, ref = valid_plan.choose(position[id(u)], u, utterances, rng)
                     examples.append((u, mode, ref))
                 batch = to_device(collate(examples, COMPRESSOR_QUERIES), device)
-                loss, ce, stop, _ = batch_loss(model, batch, 1.0, hp["stop_pos_weight"])
-                total, ce_sum, stop_sum, n = total + float(loss), ce_sum + float(ce), stop_sum + float(stop), n + 1
+                r = batch_loss(model, batch, 1.0, hp["stop_pos_weight"], hp["align_weight"], align_layers)
+                total, ce_sum, stop_sum, n = (total + float(r["loss"]), ce_sum + float(r["ce"]),
+                                              stop_sum + float(r["stop"]), n + 1)
                 if len(examples) > 1:
                     texts = [u for u, _, _ in examples[1:] + examples[:1]]
                     swapped = [(Utterance(u.id, u.speaker, t.tokens, t.ids, u.codes), mode, ref)
                                for (u, mode, ref), t in zip(examples, texts)]
-                    _, ce, _, _ = batch_loss(model, to_device(collate(swapped, COMPRESSOR_QUERIES), device),
-                                             1.0, hp["stop_pos_weight"])
-                    other_sum, n_other = other_sum + float(ce), n_other + 1
+                    r = batch_loss(model, to_device(collate(swapped, COMPRESSOR_QUERIES), device),
+                                   1.0, hp["stop_pos_weight"])
+                    other_sum, n_other = other_sum + float(r["ce"]), n_other + 1
         model.train()
         if not n:
             return None
@@ -782,7 +896,8 @@ def cmd_train(args):
     last_save = time.time()
     model.train()
     batches = make_batches(train_set, hp["max_tokens"], hp["max_batch"], hp["seed"] * 1000 + epoch)
-    window = {"loss": 0.0, "ce": 0.0, "stop": 0.0, "acc": 0.0, "n": 0, "frames": 0, "t": time.time()}
+    window = {"loss": 0.0, "ce": 0.0, "stop": 0.0, "accuracy": 0.0, "align": 0.0, "n": 0, "frames": 0,
+              "t": time.time()}
     finished = False
     trained_before, loop_start = trained_s, time.time()
 
@@ -824,10 +939,10 @@ def cmd_train(args):
         for group in optimizer.param_groups:
             group["lr"] = lr
         with phase("forward"), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss, ce, stop, acc = batch_loss(model, batch, 1.0, hp["stop_pos_weight"])
+            losses = batch_loss(model, batch, 1.0, hp["stop_pos_weight"], hp["align_weight"], align_layers)
         with phase("backward"):
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            losses["loss"].backward()
         with phase("optimizer"):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -839,17 +954,16 @@ def cmd_train(args):
             print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=30), flush=True)
             profiler = None
 
-        window["loss"] += loss.detach()
-        window["ce"] += ce.detach()
-        window["stop"] += stop.detach()
-        window["acc"] += acc.detach()
+        for key in ("loss", "ce", "stop", "accuracy", "align"):
+            window[key] += losses[key].detach()
         window["n"] += 1
         window["frames"] += int(batch["frames"].shape[0])
         if step % args.log_every == 0 or step == hp["steps"]:
             n, dt = window["n"], time.time() - window["t"]
             record = {"step": step, "epoch": epoch, "lr": lr, "loss": float(window["loss"]) / n,
                       "ce": float(window["ce"]) / n, "stop": float(window["stop"]) / n,
-                      "accuracy": float(window["acc"]) / n,
+                      "accuracy": float(window["accuracy"]) / n,
+                      **({"align": float(window["align"]) / n} if align_layers else {}),
                       "frames_per_s": window["frames"] / max(dt, 1e-9), "elapsed_s": time.time() - started}
             if args.eval_every and step % args.eval_every == 0 and valid_batches:
                 v = validate()
@@ -858,7 +972,8 @@ def cmd_train(args):
                   flush=True)
             with open(log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
-            window = {"loss": 0.0, "ce": 0.0, "stop": 0.0, "acc": 0.0, "n": 0, "frames": 0, "t": time.time()}
+            window = {"loss": 0.0, "ce": 0.0, "stop": 0.0, "accuracy": 0.0, "align": 0.0, "n": 0, "frames": 0,
+                      "t": time.time()}
         if args.save_every and time.time() - last_save > args.save_every * 60:
             save_checkpoint(run_dir, model, optimizer, snapshot())
             last_save = time.time()
@@ -1089,6 +1204,9 @@ def main(argv=None):
     t.add_argument("--max-tokens", type=int,
                    help=f"padded positions per batch (default {BATCH_DEFAULTS['max_tokens']})")
     t.add_argument("--max-batch", type=int, help=f"utterances per batch (default {BATCH_DEFAULTS['max_batch']})")
+    t.add_argument("--align-weight", type=float,
+                   help="weight of the alignment loss (default 0: off; see alignment_loss)")
+    t.add_argument("--align-layers", help="the layers it teaches, e.g. \"1,2\" (default: all but the first)")
     t.add_argument("--max-frames", type=int, default=600, help="skip longer utterances (frames)")
     t.add_argument("--seed", type=int, default=1234)
     t.add_argument("--valid-count", type=int, default=64, help="utterances held back for validation loss")
