@@ -29,7 +29,8 @@ Steps (DATA/codes.pt comes from tools/voice/codec.py; RUN is a directory of your
 
 Training: teacher forcing over [prefix | text layout (§3.1 repetition) | frames], per channel
 cross-entropy over its L levels from the hidden state one position earlier (SOS predicts frame 0),
-plus the stop head's BCE on the hidden state of each frame (1 on the last frame, §3.4). AdamW, bf16
+plus the stop head's BCE on the hidden state of each frame (1 on the last frame, §3.4), and with
+--align-weight the alignment loss of a few attention heads (see alignment_loss). AdamW, bf16
 autocast on CUDA, batches of similar length under a token budget. RoPE uses bf16-rounded inv_freq
 in training as the engine does at inference (§1.5).
 
@@ -346,22 +347,26 @@ class GepardLM(nn.Module):
 #
 # A decoder-only TTS model must find on its own which text token each frame speaks, and a small one
 # trained for minutes mostly does not: it continues the audio and drifts off the text. The
-# alignment loss (after the "forward-sum" loss of RAD-TTS, applied to self-attention) teaches a few
-# attention heads a monotonic walk over the text that lasts the whole utterance: for the query of
-# each frame, a head's attention over the last text block's tokens (§3.1), renormalised over them,
-# is read as a distribution over tokens 1 … k, and CTC with an impossible blank maximises the
-# probability of all paths that go through tokens 1 … k in order, every frame on one token (stay or
-# advance by one). Each frame thus knows where it is in the text, the last frames on the last
-# token. (A blank that means "attending to anything else" lets the walk race through the text in k
-# frames and rest there after: seen on a trained model, the cursor crossed a sentence in 29 frames
-# of 64.) The model's forward pass is unchanged (SDPA computes the attention output; the loss
-# re-reads q and k of the chosen heads), so nothing of it reaches the export.
+# alignment loss teaches a few attention heads a walk over the text that lasts the whole
+# utterance. For the query of each frame, a head's attention over the last text block's tokens
+# (§3.1), renormalised over them, is read as a distribution over tokens 1 … k, and two terms act
+# on it: CTC with an impossible blank (after the "forward-sum" loss of RAD-TTS) maximises the
+# probability of all paths through tokens 1 … k in order, every frame on one token; and the
+# guided-attention term of DC-TTS, the mass off the diagonal band n/F ≈ t/k (width GUIDE_WIDTH),
+# sets the pace. Each alone was seen to fail on the GPU and the CPU: a blank meaning "attending to
+# anything else" let the walk race through the text in k frames and rest after; without a blank the
+# walk raced through and stayed on the last token (both cost CTC nothing, and the cursor of a
+# 134-frame utterance reached its 28th token by frame 44). The model's forward pass is unchanged
+# (SDPA computes the attention output; the loss re-reads q and k of the chosen heads), so nothing
+# of it reaches the export.
 
 ALIGN_ATTENTION = "gepard_align"
+GUIDE_WIDTH = 0.2  # the diagonal band's width, as a share of the utterance (g of guided attention)
 
 
 def alignment_loss(query, key, scaling, request):
-    """CTC over the attention of request["heads"] (query heads) from the frame rows to the text.
+    """CTC + guided attention over the attention of request["heads"] (query heads) from the frame
+    rows to the text.
 
     query [B, Hq, N, D], key [B, Hkv, N, D]; request: rows [B, F] (query positions, F = frames),
     row_len [B], cols [B, T] (text token positions), col_len [B]."""
@@ -382,9 +387,18 @@ def alignment_loss(query, key, scaling, request):
         log_probs = torch.cat([blank, text.clamp(min=-1e4)], -1)  # CTC's gradient is NaN at −inf
         log_probs = log_probs.permute(2, 0, 1, 3).reshape(f, b * hs, 1 + t)
         targets = torch.arange(1, t + 1, device=q.device).expand(b * hs, t)
-        return F.ctc_loss(log_probs, targets, request["row_len"].repeat_interleave(hs),
+        walk = F.ctc_loss(log_probs, targets, request["row_len"].repeat_interleave(hs),
                           request["col_len"].repeat_interleave(hs), blank=0, reduction="mean",
                           zero_infinity=True)
+        # the guided-attention term: the attention's mass off the diagonal band n/F ≈ t/T
+        row_len, col_len = request["row_len"].float(), request["col_len"].float()
+        n_rel = torch.arange(f, device=q.device)[None, :] / row_len[:, None]  # [B, F]
+        t_rel = (torch.arange(t, device=q.device)[None, :] + 0.5) / col_len[:, None]  # [B, T]
+        off = 1 - torch.exp(-(n_rel[:, :, None] - t_rel[:, None, :]) ** 2 / (2 * GUIDE_WIDTH ** 2))
+        row_valid = (torch.arange(f, device=q.device)[None, :] < request["row_len"][:, None]).float()
+        guided = (text.exp() * off[:, None]).sum(-1)  # [B, Hs, F]
+        guided = (guided * row_valid[:, None]).sum() / (row_valid.sum() * hs)
+        return walk + guided
 
 
 def register_align_attention():
