@@ -273,6 +273,18 @@ def test_alignment_loss_trains(run_dir, exported, data, tmp_path):
     assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in before.items()}
 
 
+def test_walk_shows_where_the_heads_look(exported, data, capsys):
+    """lm.py walk prints, for generated speech and for teacher-forced codes, each aligned head's
+    walk over the text and the frame where it first reaches the last token."""
+    assert lm.walk_summary([0, 0, -1, 1, 2, 2], 3) == "last token at frame 4 of 6 (67 %): 0.2"
+    assert lm.walk_summary([0, 1, 1], 3).startswith("last token at never")
+    assert lm.main(["walk", str(exported), "--text", "Seven voices.", "--codes", str(data / "codes.pt"),
+                    "--count", "2", "--max-frames", "20", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("'Seven voices.': ") == 1 and out.count(" frames\n") == 3
+    assert out.count("  layer 1 head 0: last token at ") == 3 and out.count("  layer 1 head 2: ") == 3
+
+
 def test_held_out_speaker_is_left_out(data, tokenizer_json):
     levels, records = lm.load_codes(data / "codes.pt")
     special = lm.tokenizer_special_ids(tokenizer_json)

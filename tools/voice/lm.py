@@ -26,6 +26,8 @@ Steps (DATA/codes.pt comes from tools/voice/codec.py; RUN is a directory of your
     python3 tools/voice/lm.py sample models/gepard-default --text "Hello there." --output frames.safetensors
     build/tools/gepard-codec-tool decode CODEC frames.safetensors samples.safetensors
     build/tools/gepard-inspect model models/gepard-default
+    python3 tools/voice/lm.py walk models/gepard-default --text "Hello there." --codes DATA/codes.pt
+        (where the alignment loss's heads look over the text, frame by frame: see cmd_walk)
 
 Training: teacher forcing over [prefix | text layout (§3.1 repetition) | frames], per channel
 cross-entropy over its L levels from the hidden state one position earlier (SOS predicts frame 0),
@@ -1193,6 +1195,72 @@ def cmd_sample(args):
     return 0
 
 
+# ---- walk: where the aligned heads look -----------------------------------------------------------
+
+@torch.no_grad()
+def text_walk(model, ids, token_count, frames, layers):
+    """For each layer and each head alignment_loss teaches: the last text block's token (0-based)
+    that each frame's query attends to most, or −1 where under 10 % of its attention is on that
+    text. The queries are those that predict frames 0 … F−1 (SOS, frames 0 … F−2). → {(layer,
+    head): [F ints]}"""
+    device = model.null_prefix.device
+    embeds = torch.cat([model.model.embed_tokens(torch.tensor(ids, device=device)),
+                        model.embed_frames(torch.as_tensor(frames, dtype=torch.long, device=device))])
+    mask = torch.ones(1, embeds.shape[0], dtype=torch.long, device=device)
+    out = model.model(inputs_embeds=embeds[None], attention_mask=mask, output_attentions=True)
+    n, f = len(ids), len(frames)
+    cols = list(range(n - 2 - token_count, n - 2))
+    step = model.config.num_attention_heads // model.config.num_key_value_heads
+    walks = {}
+    for layer in layers:
+        attention = out.attentions[layer][0].float()  # [H, N, N]
+        for head in range(0, model.config.num_attention_heads, step):
+            text = attention[head, n - 1:n - 1 + f][:, cols]
+            walks[layer, head] = torch.where(text.sum(-1) >= 0.1, text.argmax(-1), -1).tolist()
+    return walks
+
+
+def walk_summary(walk, token_count):
+    """"last token at frame X of F (x %)" and the walk as one character per 2 frames."""
+    reached = next((i for i, t in enumerate(walk) if t == token_count - 1), None)
+    digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    strip = "".join("." if t < 0 else digits[min(t, len(digits) - 1)] for t in walk[::2])
+    at = f"frame {reached} of {len(walk)} ({100 * reached / len(walk):.0f} %)" if reached is not None else "never"
+    return f"last token at {at}: {strip}"
+
+
+def cmd_walk(args):
+    """Prints, per utterance, where the heads of the alignment loss look over the text, frame by
+    frame: generated speech for each --text (greedy, default voice), or the codes of the default
+    speaker's first --count utterances in --codes (teacher forced). A walk that lasts the utterance
+    reaches the last token near its end; one that races reaches it after about k frames."""
+    from tokenizers import Tokenizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, special, tokenizer_path = load_for_inference(args.model, torch.device(args.device))
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    layers = align_layer_indices({"num_hidden_layers": model.config.num_hidden_layers}, args.align_layers or "")
+    items = []
+    for text in args.text or []:
+        tokens = tokenizer.encode(text, add_special_tokens=False).ids
+        ids = text_layout(tokens, special)
+        frames, _ = generate(model, ids, None, args.max_frames, greedy=True)
+        items.append((text, tokens, ids, frames))
+    if args.codes:
+        _, records = load_codes(args.codes)
+        speaker = args.speaker or default_speaker_of(
+            [Utterance(r["id"], r["speaker"], [], [], torch.as_tensor(r["codes"])) for r in records])
+        for r in [r for r in records if r["speaker"] == speaker][:args.count]:
+            tokens = tokenizer.encode(r["text"], add_special_tokens=False).ids
+            items.append((r["text"], tokens, text_layout(tokens, special), torch.as_tensor(r["codes"])))
+    for text, tokens, ids, frames in items:
+        print(f"{text!r}: {len(tokens)} tokens, {len(frames)} frames")
+        for (layer, head), walk in text_walk(model, ids, len(tokens), frames, layers).items():
+            print(f"  layer {layer} head {head}: {walk_summary(walk, len(tokens))}")
+    return 0
+
+
 # ---- command line --------------------------------------------------------------------------------
 
 def main(argv=None):
@@ -1262,7 +1330,22 @@ def main(argv=None):
     s.add_argument("--device", default="cpu")
     s.add_argument("--threads", type=int, default=0)
 
+    w = sub.add_parser("walk", help="where the alignment loss's heads look over the text, frame by frame")
+    w.add_argument("model", help="exported directory or run directory")
+    w.add_argument("--text", action="append", help="a sentence to generate (greedy) and walk (repeatable)")
+    w.add_argument("--codes", help="codes.pt: walk the default speaker's utterances, teacher forced")
+    w.add_argument("--speaker", help="with --codes: this speaker instead")
+    w.add_argument("--count", type=int, default=4, help="with --codes: this many utterances")
+    w.add_argument("--align-layers", help="the layers (default: all but the first)")
+    w.add_argument("--max-frames", type=int, default=600)
+    w.add_argument("--device", default="cpu")
+    w.add_argument("--threads", type=int, default=0)
+
     args = parser.parse_args(argv)
+    if args.command == "walk":
+        if not args.text and not args.codes:
+            parser.error("walk needs --text or --codes")
+        return cmd_walk(args)
     if args.command == "train":
         return cmd_train(args)
     if args.command == "export":
