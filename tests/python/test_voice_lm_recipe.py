@@ -9,6 +9,9 @@ training visibly lower the loss.
   gepard-model.md) with the 33 added tokens right after the BPE, and gepard-tokenize (the C
   tokenizer) encodes text to the same ids as `tokenizers`;
 * a few training steps, then a resumed run, lower the loss;
+* the alignment loss ranks a head's walks over the text (one lasting the utterance lowest, one
+  racing through it higher, backwards or elsewhere high), a run resumed with it lowers it and
+  exports the same tensors, and `lm.py walk` prints the heads' walks;
 * the export loads in the C engine (gepard-inspect) and in tests/python/gepard_reference.py;
 * greedy generation: `lm.py sample` and `gepard-inspect generate --greedy` give the same frames,
   frame for frame, with no prefix (the default voice), with the null prefix, and with the C
