@@ -423,6 +423,17 @@ def register_align_attention():
     AttentionMaskInterface.register(ALIGN_ATTENTION, sdpa_mask)
 
 
+def align_heads(config):
+    """The query heads the alignment loss teaches: the first of each key-value group."""
+    return list(range(0, config.num_attention_heads, config.num_attention_heads // config.num_key_value_heads))
+
+
+def last_block_columns(n_ids, token_count, offset=0):
+    """Positions of the last text block's tokens in a sequence whose laid-out ids (text_layout:
+    […SOT t₁…t_k EOT SOS]) take positions offset … offset + n_ids − 1."""
+    return range(offset + n_ids - 2 - token_count, offset + n_ids - 2)
+
+
 def align_layer_indices(spec, text):
     """"1,2" → [1, 2]; "" → every layer but the first."""
     layers = spec["num_hidden_layers"]
@@ -583,8 +594,7 @@ def collate(examples, n_queries):
         text_at += n
         frame_at += t
         mask[b, :pos + n + t] = 1
-        k = len(u.tokens)  # [… SOT t₁…t_k EOT SOS]: the last block's tokens end 3 before the frames
-        align_cols[b, :k] = np.arange(pos + n - 2 - k, pos + n - 2)
+        align_cols[b, :len(u.tokens)] = last_block_columns(n, len(u.tokens), pos)
         align_rows[b, :t] = np.arange(pos + n - 1, pos + n - 1 + t)
         first_frame = b * width + pos + n
         head_rows.append(np.arange(first_frame - 1, first_frame - 1 + t))  # SOS, frames 0…T−2
@@ -633,9 +643,7 @@ def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=
     if attentions and model.config._attn_implementation != ALIGN_ATTENTION:
         raise ValueError(f"the alignment loss needs a model built with {ALIGN_ATTENTION!r}")
     request = {"rows": batch["align_rows"], "row_len": batch["align_row_len"], "cols": batch["align_cols"],
-               "col_len": batch["align_col_len"],
-               "heads": list(range(0, model.config.num_attention_heads,
-                                   model.config.num_attention_heads // model.config.num_key_value_heads))}
+               "col_len": batch["align_col_len"], "heads": align_heads(model.config)}
     for attention in attentions:
         attention.align_request, attention.align_value = request, None
     try:
@@ -653,9 +661,11 @@ def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=
     pos_weight = torch.tensor(stop_pos_weight, device=stop_logits.device)
     stop = F.binary_cross_entropy_with_logits(stop_logits, batch["stop_labels"], pos_weight=pos_weight)
     loss = ce + stop_weight * stop
-    align = torch.stack(values).mean() if values else torch.zeros((), device=loss.device)
     if values:
+        align = torch.stack(values).mean()
         loss = loss + align_weight * align
+    else:
+        align = torch.zeros((), device=loss.device)
     return {"loss": loss, "ce": ce, "stop": stop, "accuracy": accuracy, "align": align}
 
 
@@ -912,8 +922,13 @@ def cmd_train(args):
     last_save = time.time()
     model.train()
     batches = make_batches(train_set, hp["max_tokens"], hp["max_batch"], hp["seed"] * 1000 + epoch)
-    window = {"loss": 0.0, "ce": 0.0, "stop": 0.0, "accuracy": 0.0, "align": 0.0, "n": 0, "frames": 0,
-              "t": time.time()}
+
+    def fresh_window():
+        """The sums behind one train.log record."""
+        return {"loss": 0.0, "ce": 0.0, "stop": 0.0, "accuracy": 0.0, "align": 0.0, "n": 0, "frames": 0,
+                "t": time.time()}
+
+    window = fresh_window()
     finished = False
     trained_before, loop_start = trained_s, time.time()
 
@@ -988,8 +1003,7 @@ def cmd_train(args):
                   flush=True)
             with open(log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
-            window = {"loss": 0.0, "ce": 0.0, "stop": 0.0, "accuracy": 0.0, "align": 0.0, "n": 0, "frames": 0,
-                      "t": time.time()}
+            window = fresh_window()
         if args.save_every and time.time() - last_save > args.save_every * 60:
             save_checkpoint(run_dir, model, optimizer, snapshot())
             last_save = time.time()
@@ -1209,12 +1223,11 @@ def text_walk(model, ids, token_count, frames, layers):
     mask = torch.ones(1, embeds.shape[0], dtype=torch.long, device=device)
     out = model.model(inputs_embeds=embeds[None], attention_mask=mask, output_attentions=True)
     n, f = len(ids), len(frames)
-    cols = list(range(n - 2 - token_count, n - 2))
-    step = model.config.num_attention_heads // model.config.num_key_value_heads
+    cols = list(last_block_columns(n, token_count))
     walks = {}
     for layer in layers:
         attention = out.attentions[layer][0].float()  # [H, N, N]
-        for head in range(0, model.config.num_attention_heads, step):
+        for head in align_heads(model.config):
             text = attention[head, n - 1:n - 1 + f][:, cols]
             walks[layer, head] = torch.where(text.sum(-1) >= 0.1, text.argmax(-1), -1).tolist()
     return walks
