@@ -218,6 +218,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     shutil.copytree(run_dir, run)
     assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--resume",
                     "--steps", str(TRAIN_STEPS + 2), "--max-tokens", "3000", "--max-batch", "8", "--lr", "1e-3",
+                    "--text-gap", "16",
                     "--log-every", "1", "--eval-every", "1", "--threads", "1", "--device", "cpu"]) == 0
     assert "max_tokens 1500 → 3000" in capsys.readouterr().out
     last = json.loads((run / "train.log").read_text().splitlines()[-1])
@@ -226,6 +227,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     state = json.loads((run / lm.CHECKPOINT / "state.json").read_text())
     assert state["step"] == TRAIN_STEPS + 2
     assert (state["train"]["max_tokens"], state["train"]["max_batch"], state["train"]["lr"]) == (3000, 8, 1e-3)
+    assert state["train"]["text_gap"] == 16
     assert state["train"]["warmup"] == 4  # not given: kept
 
 
@@ -286,6 +288,35 @@ def test_walk_shows_where_the_heads_look(exported, data, capsys):
     out = capsys.readouterr().out
     assert out.count("'Seven voices.': ") == 1 and out.count(" frames\n") == 3
     assert out.count("  layer 1 head 0: last token at ") == 3 and out.count("  layer 1 head 2: ") == 3
+
+
+def test_text_gap_moves_only_the_frames(run_dir, data, tokenizer_json):
+    """--text-gap: a gap moves the positions of an example's frames (not its prefix or text) past
+    the text; no gap is the engine's layout, positions 0…N−1; the model sees the positions."""
+    levels, records = lm.load_codes(data / "codes.pt")
+    special = lm.tokenizer_special_ids(tokenizer_json)
+    kept, _ = lm.prepare_utterances(records, levels, tokenizer_json, special, 600, set())
+    examples = [(kept[0], "null", None), (kept[1], "none", None)]
+    plain = lm.collate(examples, lm.COMPRESSOR_QUERIES)
+    moved = lm.collate(examples, lm.COMPRESSOR_QUERIES, [0, 5])
+    width = plain["index"].shape[1]
+    assert torch.equal(plain["positions"], torch.arange(width).expand(2, width))
+    assert torch.equal(moved["positions"][0], plain["positions"][0])
+    n = len(kept[1].ids)  # example 1 has no prefix: text at 0…n−1, frames from n on
+    assert torch.equal(moved["positions"][1, :n], torch.arange(n))
+    assert torch.equal(moved["positions"][1, n:], torch.arange(n, width) + 5)
+
+    state, tensors = lm.read_checkpoint(run_dir)
+    model = lm.build_model(state["model"])
+    lm.load_model_weights(model, tensors, "model/")
+    model.eval()
+    with torch.no_grad():
+        zero = lm.collate(examples, lm.COMPRESSOR_QUERIES, [0, 0])
+        ce = [float(lm.batch_loss(model, b)["ce"]) for b in (plain, zero, moved)]
+    assert ce[0] == ce[1] and ce[2] != ce[0]
+    assert lm.text_gaps(4, 0, random.Random(1)) == [0, 0, 0, 0]
+    gaps = lm.text_gaps(400, 6, random.Random(1))
+    assert set(gaps) == set(range(7)) and 150 < gaps.count(0) < 250
 
 
 def test_held_out_speaker_is_left_out(data, tokenizer_json):

@@ -32,7 +32,8 @@ Steps (DATA/codes.pt comes from tools/voice/codec.py; RUN is a directory of your
 Training: teacher forcing over [prefix | text layout (§3.1 repetition) | frames], per channel
 cross-entropy over its L levels from the hidden state one position earlier (SOS predicts frame 0),
 plus the stop head's BCE on the hidden state of each frame (1 on the last frame, §3.4), and with
---align-weight the alignment loss of a few attention heads (see alignment_loss). AdamW, bf16
+--align-weight the alignment loss of a few attention heads (see alignment_loss); with --text-gap G
+half the examples get their frames' positions moved on by 1…G past the text (see collate). AdamW, bf16
 autocast on CUDA, batches of similar length under a token budget. RoPE uses bf16-rounded inv_freq
 in training as the engine does at inference (§1.5).
 
@@ -79,7 +80,7 @@ DEFAULT_STEPS = 40000
 # H200 stays ~10 % busy at these sizes), so larger batches there train faster: recipe.sh passes
 # larger ones. align_layers "" means every layer but the first (see alignment_loss).
 BATCH_DEFAULTS = {"lr": 1e-3, "warmup": 1000, "max_tokens": 24000, "max_batch": 96,
-                  "align_weight": 0.0, "align_layers": ""}
+                  "align_weight": 0.0, "align_layers": "", "text_gap": 0}
 
 # §3.1 text repetition, as the published gepard_config.json has it
 TEXT_REPETITION = {"enabled": True, "target_text_tokens": 16, "apply_below": 13, "max_repeats": 8,
@@ -553,12 +554,23 @@ def default_speaker_of(utterances):
     return max(sorted(frames), key=lambda s: frames[s])
 
 
-def collate(examples, n_queries):
+def text_gaps(count, max_gap, rng):
+    """Per example, how far its frames' positions move past the text: 0 for half of them (the
+    engine's layout), 1…max_gap for the rest."""
+    return [rng.randint(1, max_gap) if max_gap > 0 and rng.random() < 0.5 else 0 for _ in range(count)]
+
+
+def collate(examples, n_queries, gaps=None):
     """examples: [(utterance, mode, ref codes)] → the tensors of one teacher-forced batch.
 
     Every row of the padded input [B, N] is an index into one source table
     [ref prefixes (Bref·Q) | null prefix (Q) | text embeddings | frame embeddings | zero row],
-    so the model assembles its input with a single gather."""
+    so the model assembles its input with a single gather.
+
+    gaps (per example, default 0) move the RoPE positions of its frames on by that much past the
+    text. The engine never leaves a gap; in training a gap makes the distance from a frame to the
+    text it speaks useless as a cue, so attention must find its place in the text by content: a
+    head that reads "the token d positions back" walks one token a frame, far faster than speech."""
     refs = [ref for _, mode, ref in examples if mode == "ref"]
     n_ref_rows = len(refs) * n_queries
     null_base = n_ref_rows
@@ -572,6 +584,7 @@ def collate(examples, n_queries):
     width = max(lengths)
     index = np.full((len(examples), width), zero_row, dtype=np.int64)
     mask = np.zeros((len(examples), width), dtype=np.int64)
+    positions = np.tile(np.arange(width, dtype=np.int64), (len(examples), 1))
     head_rows, stop_rows, stop_labels = [], [], []
     # alignment_loss: per row, the query positions of the frames and the last text block's tokens
     n_rows = max(u.codes.shape[0] for u, _, _ in examples)
@@ -594,6 +607,8 @@ def collate(examples, n_queries):
         text_at += n
         frame_at += t
         mask[b, :pos + n + t] = 1
+        if gaps is not None and gaps[b]:
+            positions[b, pos + n:] += gaps[b]
         align_cols[b, :len(u.tokens)] = last_block_columns(n, len(u.tokens), pos)
         align_rows[b, :t] = np.arange(pos + n - 1, pos + n - 1 + t)
         first_frame = b * width + pos + n
@@ -608,6 +623,7 @@ def collate(examples, n_queries):
         "frames": torch.cat([u.codes for u, _, _ in examples]),  # uint8, widened on the device
         "index": torch.from_numpy(index),
         "mask": torch.from_numpy(mask),
+        "positions": torch.from_numpy(positions),
         "head_rows": torch.from_numpy(np.concatenate(head_rows)),
         "stop_rows": torch.from_numpy(np.concatenate(stop_rows)),
         "stop_labels": torch.from_numpy(np.concatenate(stop_labels)),
@@ -647,7 +663,8 @@ def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=
     for attention in attentions:
         attention.align_request, attention.align_value = request, None
     try:
-        hidden = model.model(inputs_embeds=inputs, attention_mask=batch["mask"], use_cache=False).last_hidden_state
+        hidden = model.model(inputs_embeds=inputs, attention_mask=batch["mask"], position_ids=batch["positions"],
+                             use_cache=False).last_hidden_state
     finally:
         values = [attention.align_value for attention in attentions]
         for attention in attentions:
@@ -964,7 +981,8 @@ def cmd_train(args):
             for i in batches[batch_in_epoch]:
                 mode, ref = plan.choose(i, train_set[i], train_set, rng)
                 examples.append((train_set[i], mode, ref))
-            batch = to_device(collate(examples, COMPRESSOR_QUERIES), device)
+            batch = to_device(collate(examples, COMPRESSOR_QUERIES, text_gaps(len(examples), hp["text_gap"], rng)),
+                              device)
 
         lr = learning_rate(step, hp["lr"], hp["warmup"], progress())
         for group in optimizer.param_groups:
@@ -1302,6 +1320,9 @@ def main(argv=None):
     t.add_argument("--align-weight", type=float,
                    help="weight of the alignment loss (default 0: off; see alignment_loss)")
     t.add_argument("--align-layers", help="the layers it teaches, e.g. \"1,2\" (default: all but the first)")
+    t.add_argument("--text-gap", type=int,
+                   help="move half the examples' frame positions on by up to this many past the text "
+                        "(default 0: off; see collate)")
     t.add_argument("--max-frames", type=int, default=600, help="skip longer utterances (frames)")
     t.add_argument("--seed", type=int, default=1234)
     t.add_argument("--valid-count", type=int, default=64, help="utterances held back for validation loss")
