@@ -218,7 +218,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     shutil.copytree(run_dir, run)
     assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--resume",
                     "--steps", str(TRAIN_STEPS + 2), "--max-tokens", "3000", "--max-batch", "8", "--lr", "1e-3",
-                    "--text-gap", "16",
+                    "--text-gap", "16", "--frame-noise", "0.1",
                     "--log-every", "1", "--eval-every", "1", "--threads", "1", "--device", "cpu"]) == 0
     assert "max_tokens 1500 → 3000" in capsys.readouterr().out
     last = json.loads((run / "train.log").read_text().splitlines()[-1])
@@ -227,7 +227,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     state = json.loads((run / lm.CHECKPOINT / "state.json").read_text())
     assert state["step"] == TRAIN_STEPS + 2
     assert (state["train"]["max_tokens"], state["train"]["max_batch"], state["train"]["lr"]) == (3000, 8, 1e-3)
-    assert state["train"]["text_gap"] == 16
+    assert state["train"]["text_gap"] == 16 and state["train"]["frame_noise"] == 0.1
     assert state["train"]["warmup"] == 4  # not given: kept
 
 
@@ -317,6 +317,19 @@ def test_text_gap_moves_only_the_frames(run_dir, data, tokenizer_json):
     assert lm.text_gaps(4, 0, random.Random(1)) == [0, 0, 0, 0]
     gaps = lm.text_gaps(400, 6, random.Random(1))
     assert set(gaps) == set(range(7)) and 150 < gaps.count(0) < 250
+
+
+def test_frame_noise_moves_codes_one_level():
+    """--frame-noise: the frames the model reads get codes moved to a neighbouring level, inside
+    each channel's levels, at the rate asked; p = 0 reads the true frames."""
+    torch.manual_seed(3)
+    frames = torch.stack([torch.randint(0, level, (2000,)) for level in LEVELS], 1)
+    assert lm.noisy_frames(frames, LEVELS, 0.0) is frames
+    moved = lm.noisy_frames(frames, LEVELS, 1.0)
+    assert torch.equal((moved - frames).abs(), torch.ones_like(frames))
+    assert bool((moved >= 0).all()) and bool((moved < torch.tensor(LEVELS)).all())
+    rate = float((lm.noisy_frames(frames, LEVELS, 0.2) != frames).float().mean())
+    assert 0.18 < rate < 0.22
 
 
 def test_held_out_speaker_is_left_out(data, tokenizer_json):

@@ -122,8 +122,9 @@ def recognize(wavs, grammar):
     return transcripts
 
 
-def synthesize(model, sentences, out_dir, voice="default", max_frames=400, build_dir=None):
-    """Each sentence through Gepard's elements into out_dir/NNN.wav (16 kHz mono); the paths."""
+def synthesize(model, sentences, out_dir, voice="default", max_frames=400, build_dir=None, lm_options=()):
+    """Each sentence through Gepard's elements into out_dir/NNN.wav (16 kHz mono); the paths.
+    lm_options: more gepardlm properties ("temperature=0")."""
     build_dir = Path(build_dir or os.environ.get("GEPARD_BUILD_DIR") or SOURCE_DIR / "build")
     env = dict(os.environ, GST_PLUGIN_PATH=str(build_dir / "gst-plugins"))
     out_dir = Path(out_dir)
@@ -133,7 +134,7 @@ def synthesize(model, sentences, out_dir, voice="default", max_frames=400, build
         wav = out_dir / f"{i:03d}.wav"
         subprocess.run(["gst-launch-1.0", "-q", "gepardtextsrc", f"text={text}", "!",
                         "gepardlm", f"model={model}", "device=cpu", f"voice={voice}", f"max-frames={max_frames}",
-                        "!", "gepardcodec", f"model={model}", "!", "audioconvert", "!", "audioresample", "!",
+                        *lm_options, "!", "gepardcodec", f"model={model}", "!", "audioconvert", "!", "audioresample", "!",
                         "audio/x-raw,format=S16LE,rate=16000,channels=1", "!", "wavenc", "!", "filesink",
                         f"location={wav}"], check=True, capture_output=True, env=env)
         wavs.append(wav)
@@ -162,10 +163,13 @@ def main(argv=None):
     p.add_argument("wav_dir", help="folder of <id>.wav recordings (written there with --model)")
     p.add_argument("--model", help="synthesize the recordings first with this GEPARD model directory")
     p.add_argument("--voice", default="default", help="with --model: default, or a reference clip to clone")
+    p.add_argument("--lm-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --model: a gepardlm property, e.g. temperature=0 (repeatable)")
     args = p.parse_args(argv)
     rows = [json.loads(line) for line in open(args.heldout, encoding="utf-8") if line.strip()]
     if args.model:
-        made = synthesize(args.model, [r["text"] for r in rows], args.wav_dir, args.voice)
+        made = synthesize(args.model, [r["text"] for r in rows], args.wav_dir, args.voice,
+                          lm_options=args.lm_option)
         for r, wav in zip(rows, made):
             wav.rename(Path(args.wav_dir) / f"{r['id']}.wav")
     wavs = [Path(args.wav_dir) / f"{r['id']}.wav" for r in rows]

@@ -33,7 +33,9 @@ Training: teacher forcing over [prefix | text layout (§3.1 repetition) | frames
 cross-entropy over its L levels from the hidden state one position earlier (SOS predicts frame 0),
 plus the stop head's BCE on the hidden state of each frame (1 on the last frame, §3.4), and with
 --align-weight the alignment loss of a few attention heads (see alignment_loss); with --text-gap G
-half the examples get their frames' positions moved on by 1…G past the text (see collate). AdamW, bf16
+half the examples get their frames' positions moved on by 1…G past the text (see collate); with
+--frame-noise P the frames the model reads (not those it predicts) have each code moved to a
+neighbouring level with probability P (see noisy_frames). AdamW, bf16
 autocast on CUDA, batches of similar length under a token budget. RoPE uses bf16-rounded inv_freq
 in training as the engine does at inference (§1.5).
 
@@ -80,7 +82,7 @@ DEFAULT_STEPS = 40000
 # H200 stays ~10 % busy at these sizes), so larger batches there train faster: recipe.sh passes
 # larger ones. align_layers "" means every layer but the first (see alignment_loss).
 BATCH_DEFAULTS = {"lr": 1e-3, "warmup": 1000, "max_tokens": 24000, "max_batch": 96,
-                  "align_weight": 0.0, "align_layers": "", "text_gap": 0}
+                  "align_weight": 0.0, "align_layers": "", "text_gap": 0, "frame_noise": 0.0}
 
 # §3.1 text repetition, as the published gepard_config.json has it
 TEXT_REPETITION = {"enabled": True, "target_text_tokens": 16, "apply_below": 13, "max_repeats": 8,
@@ -641,10 +643,26 @@ def collate(examples, n_queries, gaps=None):
     return batch
 
 
-def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=0.0, align_layers=()):
+def noisy_frames(frames, levels, p):
+    """frames [M, 32] with each code moved one level up or down (within its channel's levels) with
+    probability p. Teacher forcing reads only true frames, generation reads the model's own, whose
+    codes are often a level off (greedy agrees with the true code ~77 % of the time): a model that
+    never read such errors leans on copying the frames before, and its speech drifts from the text."""
+    if p <= 0:
+        return frames
+    top = torch.tensor(levels, device=frames.device) - 1
+    step = torch.where(torch.rand(frames.shape, device=frames.device) < 0.5, -1, 1)
+    moved = (frames + step).clamp(min=0)
+    moved = torch.minimum(moved, top)
+    moved = torch.where(moved == frames, frames - step, moved)  # at an edge: the other neighbour
+    return torch.where(torch.rand(frames.shape, device=frames.device) < p, moved, frames)
+
+
+def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=0.0, align_layers=(),
+               frame_noise=0.0):
     """Teacher-forced losses: {"loss" (the total), "ce" (mean channel CE), "stop" (BCE),
     "accuracy" (heads), "align" (alignment_loss averaged over align_layers, when align_weight > 0)}.
-    The alignment loss needs a model built with ALIGN_ATTENTION."""
+    The alignment loss needs a model built with ALIGN_ATTENTION. frame_noise: see noisy_frames."""
     h = model.config.hidden_size
     parts = []
     if batch["ref_codes"] is not None:
@@ -652,7 +670,7 @@ def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=
     parts.append(model.null_prefix.float())
     parts.append(model.model.embed_tokens(batch["text_ids"]).float())
     frames = batch["frames"].long()
-    parts.append(model.embed_frames(frames).float())
+    parts.append(model.embed_frames(noisy_frames(frames, model.head_levels, frame_noise)).float())
     parts.append(torch.zeros(1, h, device=batch["index"].device))
     inputs = torch.cat(parts)[batch["index"]]
     attentions = [model.model.layers[i].self_attn for i in align_layers] if align_weight > 0 else []
@@ -988,7 +1006,8 @@ def cmd_train(args):
         for group in optimizer.param_groups:
             group["lr"] = lr
         with phase("forward"), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            losses = batch_loss(model, batch, 1.0, hp["stop_pos_weight"], hp["align_weight"], align_layers)
+            losses = batch_loss(model, batch, 1.0, hp["stop_pos_weight"], hp["align_weight"], align_layers,
+                                hp["frame_noise"])
         with phase("backward"):
             optimizer.zero_grad(set_to_none=True)
             losses["loss"].backward()
@@ -1323,6 +1342,8 @@ def main(argv=None):
     t.add_argument("--text-gap", type=int,
                    help="move half the examples' frame positions on by up to this many past the text "
                         "(default 0: off; see collate)")
+    t.add_argument("--frame-noise", type=float,
+                   help="share of the read frames' codes moved a level (default 0: off; see noisy_frames)")
     t.add_argument("--max-frames", type=int, default=600, help="skip longer utterances (frames)")
     t.add_argument("--seed", type=int, default=1234)
     t.add_argument("--valid-count", type=int, default=64, help="utterances held back for validation loss")
