@@ -130,3 +130,21 @@ def test_untrained_model_through_the_pipeline_is_not_identified(heldout, untrain
     print(f"\nuntrained model, {'cloned' if cloned else 'default'} voice: {seconds:.0f} s of audio, "
           f"{correct} of {len(heldout)} identified")
     assert correct <= 0.1 * len(heldout)
+
+
+def test_teacher_forced_recordings_of_an_untrained_model(heldout, untrained_model, tmp_path):
+    """intelligibility.teacher_forced: one recording per sentence, as long as espeak-ng's reading
+    in whole frames, made from the LM's predictions of that reading's frames; an untrained model's
+    predictions (and its random codec) are not identified."""
+    need("espeak-ng", "gst-launch-1.0", "pocketsphinx_batch")
+    sentences = heldout[:12]
+    wavs, agree = intelligibility.teacher_forced(untrained_model, sentences, tmp_path)
+    assert len(wavs) == len(sentences)
+    for i, wav in enumerate(wavs):
+        read, _ = speech.read_wav(tmp_path / "wavs" / speech.TRAIN_SPEAKERS[0][0] / f"read{i:03d}.wav")
+        samples, rate = speech.read_wav(wav)
+        assert rate == speech.SAMPLE_RATE and samples.size == -(-read.size // 1024) * 1024
+    assert agree < 0.5
+    correct, _ = intelligibility.score(wavs, sentences)
+    print(f"\nuntrained model, teacher forced: {100 * agree:.1f} % of codes right, {correct} of 12 identified")
+    assert correct <= 3

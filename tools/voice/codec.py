@@ -418,8 +418,12 @@ def export_nemo(model, path):
     os.replace(tmp, path)
 
 
+TRAINING_ONLY_PREFIXES = ("discriminator.", "mel_loss_fn.", "stft_loss_fn.")
+
+
 def read_nemo(path):
-    """(widths, state dict) of a .nemo written by export_nemo (or any file of the same layout)."""
+    """(widths, state dict) of a .nemo written by export_nemo (or any file of the same layout; the
+    published checkpoint's training-only tensors, "discriminator." and the losses', are left out)."""
     import yaml
 
     with tarfile.open(path, "r:*") as tar:
@@ -427,6 +431,7 @@ def read_nemo(path):
         config = yaml.safe_load(tar.extractfile(members["model_config.yaml"]).read().decode("utf-8"))
         state = torch.load(io.BytesIO(tar.extractfile(members["model_weights.ckpt"]).read()),
                            map_location="cpu", weights_only=True)
+    state = {k: v for k, v in state.items() if not k.startswith(TRAINING_ONLY_PREFIXES)}
     widths = {"decoder_channels": int(config["audio_decoder"]["base_channels"]),
               "encoder_channels": int(config["audio_encoder"]["base_channels"])}
     return widths, state

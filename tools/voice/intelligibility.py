@@ -25,6 +25,13 @@ With --model, the recordings are first made there by Gepard's elements in a real
 
 one gst-launch-1.0 per sentence, on the CPU, with the plugins of GEPARD_BUILD_DIR (default build/).
 V is "default" or a reference clip to clone.
+
+    python3 tools/voice/intelligibility.py CORPUS_DIR/heldout.jsonl WAV_DIR --teacher-forced MODEL
+
+makes them instead without the model's own frames: espeak-ng's reading by the default speaker is
+encoded by MODEL/codec.nemo, the LM predicts each frame (argmax) from the true frames before it,
+and the codec decodes those predictions (teacher_forced). A model that passes this and fails with
+--model has learned what each frame should sound like but not to speak from its own frames.
 """
 
 from __future__ import annotations
@@ -141,6 +148,43 @@ def synthesize(model, sentences, out_dir, voice="default", max_frames=400, build
     return wavs
 
 
+def teacher_forced(model, sentences, out_dir, speaker=None):
+    """Each sentence read by espeak-ng (speaker: speech.TRAIN_SPEAKERS[0]), encoded by
+    model/codec.nemo; the frames the LM predicts (argmax) from the true frames before each, decoded
+    into out_dir/NNN.wav (22.05 kHz). → (paths, share of predicted codes equal to the true ones)."""
+    import numpy as np
+    import torch
+    from tokenizers import Tokenizer
+
+    import codec
+    import lm
+    import speech
+
+    speaker = speaker or speech.TRAIN_SPEAKERS[0]
+    out_dir = Path(out_dir)
+    (out_dir / "wavs" / speaker[0]).mkdir(parents=True, exist_ok=True)
+    net = codec.load_codec(str(Path(model) / "codec.nemo"))
+    voice, special, tokenizer_path = lm.load_for_inference(model, torch.device("cpu"))
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    wavs, agree, total = [], 0, 0
+    for i, text in enumerate(sentences):
+        row = speech.synthesize(({"id": f"read{i:03d}", "text": text, "split": "test"}, speaker, out_dir,
+                                 shutil.which("espeak-ng"), None))
+        samples, _ = speech.read_wav(out_dir / row["path"])
+        audio = codec.pad_to_frames(torch.from_numpy(samples.astype(np.float32) / 32768.0))[None]
+        ids = lm.text_layout(tokenizer.encode(text, add_special_tokens=False).ids, special)
+        with torch.no_grad():
+            codes = net.encode(audio)[0].T  # [T, 32]
+            logits, _ = lm.forced_outputs(voice, ids, None, codes[:-1])
+            predicted = torch.stack([logits[:, c, :level].argmax(-1) for c, level in enumerate(voice.head_levels)], 1)
+            pcm = net.decode(predicted.T[None])[0].numpy()
+        agree, total = agree + int((predicted == codes).sum()), total + codes.numel()
+        wav = out_dir / f"{i:03d}.wav"
+        speech.write_wav(wav, np.clip(pcm * 32768.0, -32768, 32767).astype(np.int16))
+        wavs.append(wav)
+    return wavs, agree / max(total, 1)
+
+
 def score(wavs, sentences):
     """(correct, misses): misses lists (sentence, transcript) of the recordings not identified.
     wavs[i] is a recording of sentences[i]; one with no transcript, or a tie, counts as missed."""
@@ -163,6 +207,8 @@ def main(argv=None):
     p.add_argument("wav_dir", help="folder of <id>.wav recordings (written there with --model)")
     p.add_argument("--model", help="synthesize the recordings first with this GEPARD model directory")
     p.add_argument("--voice", default="default", help="with --model: default, or a reference clip to clone")
+    p.add_argument("--teacher-forced", metavar="MODEL",
+                   help="make the recordings from MODEL's predictions of espeak-ng's frames (see above)")
     p.add_argument("--lm-option", action="append", default=[], metavar="NAME=VALUE",
                    help="with --model: a gepardlm property, e.g. temperature=0 (repeatable)")
     args = p.parse_args(argv)
@@ -172,6 +218,11 @@ def main(argv=None):
                           lm_options=args.lm_option)
         for r, wav in zip(rows, made):
             wav.rename(Path(args.wav_dir) / f"{r['id']}.wav")
+    elif args.teacher_forced:
+        made, agree = teacher_forced(args.teacher_forced, [r["text"] for r in rows], args.wav_dir)
+        for r, wav in zip(rows, made):
+            wav.rename(Path(args.wav_dir) / f"{r['id']}.wav")
+        print(f"teacher forced: {100.0 * agree:.1f} % of the predicted codes are espeak-ng's")
     wavs = [Path(args.wav_dir) / f"{r['id']}.wav" for r in rows]
     correct, misses = score(wavs, [r["text"] for r in rows])
     for sentence, heard in misses:
