@@ -216,13 +216,12 @@ def main(argv=None):
     if args.model:
         made = synthesize(args.model, [r["text"] for r in rows], args.wav_dir, args.voice,
                           lm_options=args.lm_option)
-        for r, wav in zip(rows, made):
-            wav.rename(Path(args.wav_dir) / f"{r['id']}.wav")
     elif args.teacher_forced:
         made, agree = teacher_forced(args.teacher_forced, [r["text"] for r in rows], args.wav_dir)
+        print(f"teacher forced: {100.0 * agree:.1f} % of the predicted codes are espeak-ng's")
+    if args.model or args.teacher_forced:
         for r, wav in zip(rows, made):
             wav.rename(Path(args.wav_dir) / f"{r['id']}.wav")
-        print(f"teacher forced: {100.0 * agree:.1f} % of the predicted codes are espeak-ng's")
     wavs = [Path(args.wav_dir) / f"{r['id']}.wav" for r in rows]
     correct, misses = score(wavs, [r["text"] for r in rows])
     for sentence, heard in misses:
