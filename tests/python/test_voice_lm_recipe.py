@@ -218,7 +218,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     shutil.copytree(run_dir, run)
     assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--resume",
                     "--steps", str(TRAIN_STEPS + 2), "--max-tokens", "3000", "--max-batch", "8", "--lr", "1e-3",
-                    "--text-gap", "16", "--frame-noise", "0.1",
+                    "--text-gap", "16", "--frame-noise", "0.1", "--own-frames", "0.5",
                     "--log-every", "1", "--eval-every", "1", "--threads", "1", "--device", "cpu"]) == 0
     assert "max_tokens 1500 → 3000" in capsys.readouterr().out
     last = json.loads((run / "train.log").read_text().splitlines()[-1])
@@ -228,6 +228,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     assert state["step"] == TRAIN_STEPS + 2
     assert (state["train"]["max_tokens"], state["train"]["max_batch"], state["train"]["lr"]) == (3000, 8, 1e-3)
     assert state["train"]["text_gap"] == 16 and state["train"]["frame_noise"] == 0.1
+    assert state["train"]["own_frames"] == 0.5
     assert state["train"]["warmup"] == 4  # not given: kept
 
 
@@ -330,6 +331,34 @@ def test_frame_noise_moves_codes_one_level():
     assert bool((moved >= 0).all()) and bool((moved < torch.tensor(LEVELS)).all())
     rate = float((lm.noisy_frames(frames, LEVELS, 0.2) != frames).float().mean())
     assert 0.18 < rate < 0.22
+
+
+def test_own_frames_replace_whole_frames(run_dir, data, tokenizer_json):
+    """--own-frames: a share of the read frames, whole frames, become the model's predictions of
+    them; p = 0 reads the true frames and changes nothing in the loss, p = 1 changes the loss."""
+    torch.manual_seed(4)
+    frames = torch.stack([torch.randint(0, level, (3000,)) for level in LEVELS], 1)
+    predicted = torch.stack([torch.randint(0, level, (3000,)) for level in LEVELS], 1)
+    assert lm.own_frames(frames, predicted, 0.0) is frames
+    assert torch.equal(lm.own_frames(frames, predicted, 1.0), predicted)
+    mixed = lm.own_frames(frames, predicted, 0.3)
+    whole = (mixed == predicted).all(1) | (mixed == frames).all(1)
+    assert bool(whole.all())
+    rate = float((mixed != frames).any(1).float().mean())
+    assert 0.27 < rate < 0.33
+
+    levels, records = lm.load_codes(data / "codes.pt")
+    special = lm.tokenizer_special_ids(tokenizer_json)
+    kept, _ = lm.prepare_utterances(records, levels, tokenizer_json, special, 600, set())
+    batch = lm.collate([(kept[0], "none", None), (kept[1], "none", None)], lm.COMPRESSOR_QUERIES)
+    state, tensors = lm.read_checkpoint(run_dir)
+    model = lm.build_model(state["model"])
+    lm.load_model_weights(model, tensors, "model/")
+    model.eval()
+    with torch.no_grad():
+        plain = float(lm.batch_loss(model, batch)["ce"])
+        off, own = (float(lm.batch_loss(model, batch, own_frame_share=p)["ce"]) for p in (0.0, 1.0))
+    assert plain == off and own != plain
 
 
 def test_held_out_speaker_is_left_out(data, tokenizer_json):

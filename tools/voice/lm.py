@@ -35,7 +35,8 @@ plus the stop head's BCE on the hidden state of each frame (1 on the last frame,
 --align-weight the alignment loss of a few attention heads (see alignment_loss); with --text-gap G
 half the examples get their frames' positions moved on by 1…G past the text (see collate); with
 --frame-noise P the frames the model reads (not those it predicts) have each code moved to a
-neighbouring level with probability P (see noisy_frames). AdamW, bf16
+neighbouring level with probability P (see noisy_frames); with --own-frames P a share P of the
+frames it reads are its own argmax predictions of them from a first pass (see own_frames). AdamW, bf16
 autocast on CUDA, batches of similar length under a token budget. RoPE uses bf16-rounded inv_freq
 in training as the engine does at inference (§1.5).
 
@@ -82,7 +83,8 @@ DEFAULT_STEPS = 40000
 # H200 stays ~10 % busy at these sizes), so larger batches there train faster: recipe.sh passes
 # larger ones. align_layers "" means every layer but the first (see alignment_loss).
 BATCH_DEFAULTS = {"lr": 1e-3, "warmup": 1000, "max_tokens": 24000, "max_batch": 96,
-                  "align_weight": 0.0, "align_layers": "", "text_gap": 0, "frame_noise": 0.0}
+                  "align_weight": 0.0, "align_layers": "", "text_gap": 0, "frame_noise": 0.0,
+                  "own_frames": 0.0}
 
 # §3.1 text repetition, as the published gepard_config.json has it
 TEXT_REPETITION = {"enabled": True, "target_text_tokens": 16, "apply_below": 13, "max_repeats": 8,
@@ -658,21 +660,45 @@ def noisy_frames(frames, levels, p):
     return torch.where(torch.rand(frames.shape, device=frames.device) < p, moved, frames)
 
 
+def own_frames(frames, predicted, p):
+    """frames [M, 32] with each whole frame replaced, with probability p, by predicted [M, 32]: the
+    model's own argmax prediction of that frame from the true frames before it (scheduled sampling,
+    one step deep). Generation reads only its own frames; a model that never read them leans on
+    copying the frames before, and its speech drifts from the text at once."""
+    if p <= 0:
+        return frames
+    chosen = torch.rand(frames.shape[0], 1, device=frames.device) < p
+    return torch.where(chosen, predicted, frames)
+
+
 def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=0.0, align_layers=(),
-               frame_noise=0.0):
+               frame_noise=0.0, own_frame_share=0.0):
     """Teacher-forced losses: {"loss" (the total), "ce" (mean channel CE), "stop" (BCE),
     "accuracy" (heads), "align" (alignment_loss averaged over align_layers, when align_weight > 0)}.
-    The alignment loss needs a model built with ALIGN_ATTENTION. frame_noise: see noisy_frames."""
+    The alignment loss needs a model built with ALIGN_ATTENTION. frame_noise: see noisy_frames;
+    own_frame_share: see own_frames (its predictions come from a first pass without gradients)."""
     h = model.config.hidden_size
-    parts = []
-    if batch["ref_codes"] is not None:
-        parts.append(model.ref_compressor(batch["ref_codes"], batch["ref_mask"]).reshape(-1, h).float())
-    parts.append(model.null_prefix.float())
-    parts.append(model.model.embed_tokens(batch["text_ids"]).float())
     frames = batch["frames"].long()
-    parts.append(model.embed_frames(noisy_frames(frames, model.head_levels, frame_noise)).float())
-    parts.append(torch.zeros(1, h, device=batch["index"].device))
-    inputs = torch.cat(parts)[batch["index"]]
+
+    def backbone(read_frames, attentions=()):
+        parts = []
+        if batch["ref_codes"] is not None:
+            parts.append(model.ref_compressor(batch["ref_codes"], batch["ref_mask"]).reshape(-1, h).float())
+        parts.append(model.null_prefix.float())
+        parts.append(model.model.embed_tokens(batch["text_ids"]).float())
+        parts.append(model.embed_frames(read_frames).float())
+        parts.append(torch.zeros(1, h, device=batch["index"].device))
+        inputs = torch.cat(parts)[batch["index"]]
+        return model.model(inputs_embeds=inputs, attention_mask=batch["mask"], position_ids=batch["positions"],
+                           use_cache=False).last_hidden_state.reshape(-1, h)
+
+    read = frames
+    if own_frame_share > 0:
+        with torch.no_grad():
+            predicted = model.head_logits(backbone(frames)[batch["head_rows"]]).argmax(-1)
+        read = own_frames(frames, predicted, own_frame_share)
+    read = noisy_frames(read, model.head_levels, frame_noise)
+
     attentions = [model.model.layers[i].self_attn for i in align_layers] if align_weight > 0 else []
     if attentions and model.config._attn_implementation != ALIGN_ATTENTION:
         raise ValueError(f"the alignment loss needs a model built with {ALIGN_ATTENTION!r}")
@@ -681,13 +707,11 @@ def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=
     for attention in attentions:
         attention.align_request, attention.align_value = request, None
     try:
-        hidden = model.model(inputs_embeds=inputs, attention_mask=batch["mask"], position_ids=batch["positions"],
-                             use_cache=False).last_hidden_state
+        hidden = backbone(read)
     finally:
         values = [attention.align_value for attention in attentions]
         for attention in attentions:
             attention.align_request, attention.align_value = None, None
-    hidden = hidden.reshape(-1, h)
 
     logits = model.head_logits(hidden[batch["head_rows"]])  # [M, 32, L]
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), frames.reshape(-1))
@@ -1007,7 +1031,7 @@ def cmd_train(args):
             group["lr"] = lr
         with phase("forward"), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             losses = batch_loss(model, batch, 1.0, hp["stop_pos_weight"], hp["align_weight"], align_layers,
-                                hp["frame_noise"])
+                                hp["frame_noise"], hp["own_frames"])
         with phase("backward"):
             optimizer.zero_grad(set_to_none=True)
             losses["loss"].backward()
@@ -1344,6 +1368,9 @@ def main(argv=None):
                         "(default 0: off; see collate)")
     t.add_argument("--frame-noise", type=float,
                    help="share of the read frames' codes moved a level (default 0: off; see noisy_frames)")
+    t.add_argument("--own-frames", type=float,
+                   help="share of the read frames replaced by the model's own predictions of them "
+                        "(default 0: off; see own_frames)")
     t.add_argument("--max-frames", type=int, default=600, help="skip longer utterances (frames)")
     t.add_argument("--seed", type=int, default=1234)
     t.add_argument("--valid-count", type=int, default=64, help="utterances held back for validation loss")
