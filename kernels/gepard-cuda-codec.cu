@@ -15,10 +15,15 @@
  * that input become the histories. Where a layer's output alone would give the GPU few blocks
  * (few streams), the reduction is split over blocks and summed in split order by a second kernel.
  *
- * The GEMMs run on tensor cores with TF32 inputs and fp32 accumulation;
- * GEPARD_CUDA_CODEC_PEDANTIC=1 sums them in plain fp32 instead (the reference for the error the
- * tensor cores add). Either way the summation order differs from the CPU's, so results agree with
- * gepard-codec.c within a tolerance, not bit for bit. */
+ * The module's own kernel runs that implicit GEMM on tensor cores (WMMA, TF32 inputs, fp32
+ * accumulation). Because a tap's input is a shift of one matrix, the convolution is also `kernel`
+ * plain GEMMs summed into one output, y = Σ_m W_m · X[:, m·d·B :], W_m the tap's [c_out][c_in]
+ * weights and X the virtual input read at a column offset: with GEPARD_CUDA_CODEC_GEMM=cublas,
+ * cuBLAS runs those (TF32, fp32 accumulation) into a scratch plane and one elementwise kernel adds
+ * the bias, the residual and the branch mean (the own kernel serves where cuBLAS cannot be
+ * opened). GEPARD_CUDA_CODEC_PEDANTIC=1 sums in plain fp32 with the own kernel (the reference
+ * for the error the tensor cores add). Either way the summation order differs from the CPU's, so
+ * results agree with gepard-codec.c within a tolerance, not bit for bit. */
 #include "gepard-cuda.h"
 #include "gepard-cuda-private.h"
 
@@ -457,6 +462,10 @@ struct Conv
   int n = 0;     /* new columns per stream in a pass (one frame) */
   int k_pad = 0; /* kernel · c_in rounded up to TILE_K */
   float *w = NULL;
+  /* for cuBLAS: [kernel][c_out][c_in_pad], each tap's matrix on its own, rows of c_in_pad (c_in
+   * rounded up to 4) floats so that every tap and row starts on 16 bytes */
+  float *w_taps = NULL;
+  int c_in_pad = 0;
   float *bias = NULL;
   int *k_offset = NULL;
   size_t state = 0; /* offset of its history piece, in floats per stream */
@@ -486,6 +495,11 @@ struct _GepardCudaCodec
   int device = 0;
   cudaStream_t stream = NULL;
   bool tensor_cores = true;
+  /* the convolutions' GEMMs through cuBLAS (else the own kernel); blas_status: its last failure */
+  const GepardCudaBlas *blas = NULL;
+  cublasHandle_t blas_handle = NULL;
+  cublasStatus_t blas_status = CUBLAS_STATUS_SUCCESS;
+  float *gemm_out = NULL; /* [c_out][n · batch] of the largest convolution */
   GepardCudaCodecConfig config;
   Conv pre_conv, post_conv;
   Act post_act;
@@ -622,6 +636,18 @@ load_conv (GepardCudaCodec *codec, Conv &conv, int c_in, int c_out, int kernel, 
             = w[((size_t)o * c_in + c) * kernel + m];
   if (upload (codec, &conv.w, packed, msg) != 0 || upload (codec, &conv.bias, bias, msg) != 0)
     return -1;
+  if (codec->blas != NULL)
+    {
+      conv.c_in_pad = (c_in + 3) / 4 * 4;
+      std::vector<float> taps ((size_t)kernel * c_out * conv.c_in_pad, 0.0f);
+      for (int m = 0; m < kernel; m++)
+        for (int o = 0; o < c_out; o++)
+          for (int c = 0; c < c_in; c++)
+            taps[((size_t)m * c_out + o) * conv.c_in_pad + c]
+                = w[((size_t)o * c_in + c) * kernel + m];
+      if (upload (codec, &conv.w_taps, taps, msg) != 0)
+        return -1;
+    }
   return 0;
 }
 
@@ -706,9 +732,29 @@ act_args (const Act *act)
   return a;
 }
 
+/* The convolution's GEMM with the module's own kernel, its reduction split over several blocks
+ * where the output alone would leave the GPU mostly idle. */
+cudaError_t
+run_own_gemm (GepardCudaCodec *codec, ConvArgs a, size_t plane)
+{
+  dim3 grid ((a.n_cols + TILE_N - 1) / TILE_N, (a.c_out + TILE_M - 1) / TILE_M, 1);
+  int chunks = (a.k_total + TILE_K - 1) / TILE_K;
+  int splits = std::max (1, codec->target_blocks / (int)(grid.x * grid.y));
+  splits = std::min ({splits, chunks, (int)std::max<size_t> (1, codec->partial_floats / plane)});
+  a.k_split = (chunks + splits - 1) / splits * TILE_K;
+  grid.z = (a.k_total + a.k_split - 1) / a.k_split;
+  if (codec->tensor_cores)
+    RETURN_IF_FAILED (launch (conv_kernel<true>, grid, CONV_THREADS, 0, codec->stream, a));
+  else
+    RETURN_IF_FAILED (launch (conv_kernel<false>, grid, CONV_THREADS, 0, codec->stream, a));
+  if (grid.z > 1)
+    RETURN_IF_FAILED (
+        launch (conv_reduce_kernel, blocks_for (plane), 256, 0, codec->stream, a, grid.z));
+  return cudaSuccess;
+}
+
 /* One causal convolution over the batch: its virtual input (histories, then the activated new
- * columns), the implicit GEMM — its reduction split over several blocks where the output alone
- * would leave the GPU mostly idle — and the histories kept for the next pass. */
+ * columns), the GEMM, and the histories kept for the next pass. */
 cudaError_t
 run_conv (GepardCudaCodec *codec, const Conv &conv, const Act *act, const float *in, int batch,
           const float *residual, const float *const *mean, int n_mean, int output, float *out)
@@ -738,20 +784,33 @@ run_conv (GepardCudaCodec *codec, const Conv &conv, const Act *act, const float 
   a.output = output;
   a.out = out;
   a.partial = codec->partial;
-  dim3 grid ((a.n_cols + TILE_N - 1) / TILE_N, (conv.c_out + TILE_M - 1) / TILE_M, 1);
-  int chunks = (a.k_total + TILE_K - 1) / TILE_K;
   size_t plane = (size_t)conv.c_out * a.n_cols;
-  int splits = std::max (1, codec->target_blocks / (int)(grid.x * grid.y));
-  splits = std::min ({splits, chunks, (int)std::max<size_t> (1, codec->partial_floats / plane)});
-  a.k_split = (chunks + splits - 1) / splits * TILE_K;
-  grid.z = (a.k_total + a.k_split - 1) / a.k_split;
-  if (codec->tensor_cores)
-    RETURN_IF_FAILED (launch (conv_kernel<true>, grid, CONV_THREADS, 0, codec->stream, a));
+  if (codec->blas != NULL)
+    {
+      /* tap m: gemm_out [c_out][n_cols] += W_m [c_out][c_in] · X [c_in][n_cols] read at column
+       * m·d·batch of the virtual input; column-major for cuBLAS, that is
+       * out^T (n_cols × c_out) = X^T (n_cols × c_in) · W_m^T (c_in × c_out) */
+      const float one = 1.0f, zero = 0.0f;
+      for (int m = 0; m < conv.kernel; m++)
+        {
+          cublasStatus_t bs = codec->blas->gemm_ex (
+              codec->blas_handle, CUBLAS_OP_N, CUBLAS_OP_N, a.n_cols, conv.c_out, conv.c_in, &one,
+              codec->input + (size_t)m * conv.dilation * batch, CUDA_R_32F, length * batch,
+              conv.w_taps + (size_t)m * conv.c_out * conv.c_in_pad, CUDA_R_32F, conv.c_in_pad,
+              m == 0 ? &zero : &one, codec->gemm_out, CUDA_R_32F, a.n_cols,
+              CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
+          if (bs != CUBLAS_STATUS_SUCCESS)
+            {
+              codec->blas_status = bs;
+              return cudaErrorUnknown;
+            }
+        }
+      a.partial = codec->gemm_out;
+      RETURN_IF_FAILED (
+          launch (conv_reduce_kernel, blocks_for (plane), 256, 0, codec->stream, a, 1));
+    }
   else
-    RETURN_IF_FAILED (launch (conv_kernel<false>, grid, CONV_THREADS, 0, codec->stream, a));
-  if (grid.z > 1)
-    RETURN_IF_FAILED (
-        launch (conv_reduce_kernel, blocks_for (plane), 256, 0, codec->stream, a, grid.z));
+    RETURN_IF_FAILED (run_own_gemm (codec, a, plane));
 
   if (conv.hist > 0)
     {
@@ -884,6 +943,8 @@ gepard_cuda_codec_free (GepardCudaCodec *codec)
   if (codec->stream != NULL)
     cudaStreamSynchronize (codec->stream);
   drop_graphs (codec);
+  if (codec->blas_handle != NULL)
+    codec->blas->destroy (codec->blas_handle);
   for (void *p : codec->allocations)
     cudaFree (p);
   cudaFreeHost (codec->h_latent);
@@ -916,6 +977,27 @@ codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c,
   codec->profile_batch = profile != NULL ? atoi (profile) : 0;
   CUDA_TRY (cudaSetDevice (device), "Selecting the GPU");
   CUDA_TRY (cudaStreamCreateWithFlags (&codec->stream, cudaStreamNonBlocking), "Creating a stream");
+  const char *gemm = getenv ("GEPARD_CUDA_CODEC_GEMM");
+  if (codec->tensor_cores && gemm != NULL && strcmp (gemm, "cublas") == 0)
+    {
+      /* where cuBLAS cannot be opened, the own kernel serves */
+      Message quiet = {NULL, 0};
+      codec->blas = gepard_cuda_blas (quiet);
+      if (codec->blas != NULL && codec->blas->create (&codec->blas_handle) != CUBLAS_STATUS_SUCCESS)
+        codec->blas = NULL;
+    }
+  if (codec->blas != NULL)
+    {
+      codec->blas->set_stream (codec->blas_handle, codec->stream);
+      /* a workspace of its own, so that cuBLAS allocates nothing while a pass is being captured */
+      const size_t workspace_bytes = (size_t)32 << 20;
+      char *workspace = NULL;
+      CUDA_TRY (codec_alloc (codec, &workspace, workspace_bytes),
+                "Allocating the cuBLAS workspace");
+      if (codec->blas->set_workspace (codec->blas_handle, workspace, workspace_bytes)
+          != CUBLAS_STATUS_SUCCESS)
+        return msg.fail ("cuBLAS refuses its workspace");
+    }
   if (load_weights (codec, lookup, user_data, msg) != 0)
     return -1;
 
@@ -935,6 +1017,9 @@ codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c,
               "Allocating the codec's batch buffers");
   CUDA_TRY (codec_alloc (codec, &codec->input, codec->input_floats * streams),
             "Allocating the codec's batch buffers");
+  if (codec->blas != NULL)
+    CUDA_TRY (codec_alloc (codec, &codec->gemm_out, codec->buffer_floats),
+              "Allocating the codec's batch buffers");
   /* split reductions: room for 8 splits of the largest output, at least 16 Mi floats */
   codec->partial_floats = std::max ((size_t)16 << 20, 8 * per_frame * std::min (streams, 64));
   CUDA_TRY (codec_alloc (codec, &codec->partial, codec->partial_floats),
@@ -993,7 +1078,7 @@ gepard_cuda_codec_info (GepardCudaCodec *codec, GepardCudaCodecInfo *info)
          + codec->buffer_floats * codec->n_buffers + codec->partial_floats)
         * sizeof (float);
   info->max_streams = codec->config.max_streams;
-  info->tensor_cores = codec->tensor_cores;
+  info->tensor_cores = !codec->tensor_cores ? 0 : codec->blas != NULL ? 2 : 1;
 }
 
 GEPARD_CUDA_EXPORT int
@@ -1084,8 +1169,14 @@ gepard_cuda_codec_decode (GepardCudaCodec *codec, const int *streams, const floa
       CUDA_TRY (status, "Decoding audio");
     }
   else
-    CUDA_TRY (codec->use_graphs ? run_pass_graph (codec, n_pass) : run_pass (codec, n_pass),
-              "Decoding audio");
+    {
+      cudaError_t status
+          = codec->use_graphs ? run_pass_graph (codec, n_pass) : run_pass (codec, n_pass);
+      if (status != cudaSuccess && codec->blas_status != CUBLAS_STATUS_SUCCESS)
+        return msg.fail ("Decoding audio: a cuBLAS GEMM failed: %s",
+                         codec->blas->status_string (codec->blas_status));
+      CUDA_TRY (status, "Decoding audio");
+    }
   size_t total = (size_t)c.samples_per_frame * n;
   CUDA_TRY (cudaMemcpyAsync (codec->h_out, codec->d_out, total * sizeof (float),
                              cudaMemcpyDeviceToHost, stream),

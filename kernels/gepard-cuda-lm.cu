@@ -25,33 +25,13 @@
 
 #define GEPARD_CUDA_EXPORT extern "C" __attribute__ ((visibility ("default")))
 
-namespace
-{
-
-using Message = GepardCudaMessage;
-
 /* ---- cuBLAS, opened at run time ---- */
 
-struct Blas
-{
-  decltype (&cublasCreate_v2) create;
-  decltype (&cublasDestroy_v2) destroy;
-  decltype (&cublasSetStream_v2) set_stream;
-  decltype (&cublasSetMathMode) set_math_mode;
-  decltype (&cublasSetWorkspace_v2) set_workspace;
-  /* the C symbol; C++ also sees an overload taking the compute type as a cudaDataType_t */
-  cublasStatus_t (*gemm_ex) (cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                             const void *, const void *, cudaDataType_t, int, const void *,
-                             cudaDataType_t, int, const void *, void *, cudaDataType_t, int,
-                             cublasComputeType_t, cublasGemmAlgo_t);
-  decltype (&cublasGetStatusString) status_string;
-};
-
-const Blas *
-blas_get (Message &msg)
+const GepardCudaBlas *
+gepard_cuda_blas (GepardCudaMessage &msg)
 {
   static std::once_flag once;
-  static Blas blas;
+  static GepardCudaBlas blas;
   static bool ok;
   static char error[256];
 
@@ -91,6 +71,11 @@ blas_get (Message &msg)
     }
   return &blas;
 }
+
+namespace
+{
+
+using Message = GepardCudaMessage;
 
 /* ---- host-side dtype conversion ---- */
 
@@ -224,7 +209,7 @@ struct _GepardCudaModel
   int n_heads, embed_dim, n_logits, acc_stride;
   int max_sequences, max_context, max_blocks;
   std::vector<int> head_levels;
-  const Blas *blas;
+  const GepardCudaBlas *blas;
   cublasHandle_t handle;
   cudaStream_t stream;
   std::vector<void *> allocations;
@@ -666,7 +651,7 @@ model_init (GepardCudaModel *m, int device, const GepardCudaModelConfig *c,
   m->max_blocks = (m->max_context + GEPARD_KV_BLOCK - 1) / GEPARD_KV_BLOCK;
 
   CUDA_TRY (cudaStreamCreateWithFlags (&m->stream, cudaStreamNonBlocking), "Creating a stream");
-  if ((m->blas = blas_get (msg)) == NULL)
+  if ((m->blas = gepard_cuda_blas (msg)) == NULL)
     return -1;
   cublasStatus_t bs = m->blas->create (&m->handle);
   if (bs != CUBLAS_STATUS_SUCCESS)

@@ -1,7 +1,8 @@
-/* gepard-cuda-private.h: what the LM host code (gepard-cuda-lm.cu) and the device kernels
- * (gepard-cuda-kernels.cu) share inside the module. */
+/* gepard-cuda-private.h: what the LM and codec host code (gepard-cuda-lm.cu,
+ * gepard-cuda-codec.cu) and the device kernels (gepard-cuda-kernels.cu) share inside the module. */
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdarg.h>
@@ -45,6 +46,26 @@ cuda_fail (GepardCudaMessage &msg, cudaError_t status, const char *what)
   while (0)
 
 typedef __nv_bfloat16 gbf16;
+
+/* The cuBLAS functions the module calls. The module does not link cuBLAS: gepard_cuda_blas opens
+ * it with dlopen the first time a model or codec needs it (gepard-cuda-lm.cu), so the module loads
+ * and probes where only the driver is installed. NULL, with the reason in msg, where it cannot. */
+struct GepardCudaBlas
+{
+  decltype (&cublasCreate_v2) create;
+  decltype (&cublasDestroy_v2) destroy;
+  decltype (&cublasSetStream_v2) set_stream;
+  decltype (&cublasSetMathMode) set_math_mode;
+  decltype (&cublasSetWorkspace_v2) set_workspace;
+  /* the C symbol; C++ also sees an overload taking the compute type as a cudaDataType_t */
+  cublasStatus_t (*gemm_ex) (cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                             const void *, const void *, cudaDataType_t, int, const void *,
+                             cudaDataType_t, int, const void *, void *, cudaDataType_t, int,
+                             cublasComputeType_t, cublasGemmAlgo_t);
+  decltype (&cublasGetStatusString) status_string;
+};
+
+const GepardCudaBlas *gepard_cuda_blas (GepardCudaMessage &msg);
 
 /* Every launch goes through here rather than the triple-chevron syntax, which clang-format does
  * not read; the arguments are converted to the kernel's parameter types. */

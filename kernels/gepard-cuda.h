@@ -158,7 +158,8 @@ extern "C"
     size_t state_bytes; /* causal state of one stream */
     size_t work_bytes;  /* state of every stream and the batch buffers */
     int max_streams;
-    int tensor_cores; /* 0 when GEPARD_CUDA_CODEC_PEDANTIC=1 sums in plain fp32 */
+    int tensor_cores; /* 1 own TF32 kernel, 2 cuBLAS (TF32), 0 when GEPARD_CUDA_CODEC_PEDANTIC=1
+                         sums in plain fp32 */
   } GepardCudaCodecInfo;
 
   typedef struct _GepardCudaCodec GepardCudaCodec;

@@ -616,7 +616,10 @@ codec_check (GepardCompute *gpu, GepardCodec *codec, GArray *batches, int n_fram
 
   g_print ("codec parity (%s, %d streams joining one pass apart, %d frames each, random codes; "
            "CPU one-shot decode %.2f s):\n",
-           pedantic ? "sums in plain fp32" : "TF32 tensor cores", n, n_frames, (t1 - t0) / 1e6);
+           pedantic                                                         ? "sums in plain fp32"
+           : g_strcmp0 (g_getenv ("GEPARD_CUDA_CODEC_GEMM"), "cublas") == 0 ? "cuBLAS, TF32"
+                                                                            : "TF32 tensor cores",
+           n, n_frames, (t1 - t0) / 1e6);
   g_print (
       "| comparison | max abs error | RMS error | signal RMS | SNR dB |\n|---|---|---|---|---|\n");
   const struct

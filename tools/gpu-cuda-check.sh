@@ -5,8 +5,9 @@
 # B = 1, 8, 64, 256 with and without CUDA graphs. `gpu-cuda-check.sh diag` instead runs the
 # parity with the GEMMs summed without tensor cores, and profiles a batch-1 decode with ncu.
 # `gpu-cuda-check.sh codec` checks the GPU's audio decoder against the CPU codec (tiny and
-# published codec shapes, TF32 and plain fp32 sums), times its batched pass, and runs the engine
-# benchmark end to end (LM and codec) on the gepard-1.0 shapes.
+# published codec shapes, TF32 and plain fp32 sums, its GEMMs in its own kernel and through
+# cuBLAS), times its batched pass, and runs the engine benchmark end to end (LM and codec) on the
+# gepard-1.0 shapes.
 #
 # The host needs no build tools: binaries built elsewhere are copied to $GEPARD_PREFIX/build
 # (default device-prefix/build: kernels/libgepard-cuda.so, gepard-core/libgepard.so,
@@ -100,6 +101,10 @@ EOF
   echo "exit $?"
   GEPARD_CUDA_CODEC_PEDANTIC=1 timeout 200 "$bin/tools/gepard-cuda-check" codec \
     "$models/g1-codec" --frames 12 --batches 1
+  echo "exit $?"
+  step "codec parity and pass time, published codec shapes, GEMMs through cuBLAS"
+  GEPARD_CUDA_CODEC_GEMM=cublas timeout 300 "$bin/tools/gepard-cuda-check" codec "$models/g1-codec" \
+    --frames 12 --batches "${GEPARD_CODEC_BATCHES:-1,8,32,128,256,512,1024}"
   echo "exit $?"
   step "kernel times of one codec pass over 256 streams"
   GEPARD_CUDA_CODEC_PROFILE=256 timeout 200 ncu --clock-control none --profile-from-start off \
