@@ -219,6 +219,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--resume",
                     "--steps", str(TRAIN_STEPS + 2), "--max-tokens", "3000", "--max-batch", "8", "--lr", "1e-3",
                     "--text-gap", "16", "--frame-noise", "0.1", "--own-frames", "0.5",
+                    "--frame-blank", "0.3",
                     "--log-every", "1", "--eval-every", "1", "--threads", "1", "--device", "cpu"]) == 0
     assert "max_tokens 1500 → 3000" in capsys.readouterr().out
     last = json.loads((run / "train.log").read_text().splitlines()[-1])
@@ -228,7 +229,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     assert state["step"] == TRAIN_STEPS + 2
     assert (state["train"]["max_tokens"], state["train"]["max_batch"], state["train"]["lr"]) == (3000, 8, 1e-3)
     assert state["train"]["text_gap"] == 16 and state["train"]["frame_noise"] == 0.1
-    assert state["train"]["own_frames"] == 0.5
+    assert state["train"]["own_frames"] == 0.5 and state["train"]["frame_blank"] == 0.3
     assert state["train"]["warmup"] == 4  # not given: kept
 
 
@@ -358,7 +359,17 @@ def test_own_frames_replace_whole_frames(run_dir, data, tokenizer_json):
     with torch.no_grad():
         plain = float(lm.batch_loss(model, batch)["ce"])
         off, own = (float(lm.batch_loss(model, batch, own_frame_share=p)["ce"]) for p in (0.0, 1.0))
-    assert plain == off and own != plain
+        blind = float(lm.batch_loss(model, batch, frame_blank=1.0)["ce"])
+    assert plain == off and own != plain and blind != plain
+
+
+def test_blanked_frames_at_the_rate_asked():
+    """--frame-blank: each read frame is hidden from the model with probability p."""
+    torch.manual_seed(5)
+    assert not bool(lm.blanked_frames(1000, 0.0, "cpu").any())
+    assert bool(lm.blanked_frames(1000, 1.0, "cpu").all())
+    rate = float(lm.blanked_frames(20000, 0.4, "cpu").float().mean())
+    assert 0.38 < rate < 0.42
 
 
 def test_held_out_speaker_is_left_out(data, tokenizer_json):

@@ -30,8 +30,10 @@ V is "default" or a reference clip to clone.
 
 makes them instead without the model's own frames: espeak-ng's reading by the default speaker is
 encoded by MODEL/codec.nemo, the LM predicts each frame (argmax) from the true frames before it,
-and the codec decodes those predictions (teacher_forced). A model that passes this and fails with
---model has learned what each frame should sound like but not to speak from its own frames.
+and the codec decodes those predictions (teacher_forced). Passing this alone proves little: a model
+that continues the frames before it without reading the text passes too. The share of codes it
+predicts right is also given with each recording's frames paired with the next sentence's text;
+the difference is what the text is worth to it.
 """
 
 from __future__ import annotations
@@ -151,7 +153,8 @@ def synthesize(model, sentences, out_dir, voice="default", max_frames=400, build
 def teacher_forced(model, sentences, out_dir, speaker=None):
     """Each sentence read by espeak-ng (speaker: speech.TRAIN_SPEAKERS[0]), encoded by
     model/codec.nemo; the frames the LM predicts (argmax) from the true frames before each, decoded
-    into out_dir/NNN.wav (22.05 kHz). → (paths, share of predicted codes equal to the true ones)."""
+    into out_dir/NNN.wav (22.05 kHz). → (paths, share of predicted codes equal to the true ones,
+    the same share when the LM is given the next sentence's text instead: what the text is worth)."""
     import numpy as np
     import torch
     from tokenizers import Tokenizer
@@ -166,23 +169,29 @@ def teacher_forced(model, sentences, out_dir, speaker=None):
     net = codec.load_codec(str(Path(model) / "codec.nemo"))
     voice, special, tokenizer_path = lm.load_for_inference(model, torch.device("cpu"))
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    wavs, agree, total = [], 0, 0
+
+    def predicted(text, codes):
+        ids = lm.text_layout(tokenizer.encode(text, add_special_tokens=False).ids, special)
+        logits, _ = lm.forced_outputs(voice, ids, None, codes[:-1])
+        return torch.stack([logits[:, c, :level].argmax(-1) for c, level in enumerate(voice.head_levels)], 1)
+
+    wavs, agree, agree_other, total = [], 0, 0, 0
     for i, text in enumerate(sentences):
         row = speech.synthesize(({"id": f"read{i:03d}", "text": text, "split": "test"}, speaker, out_dir,
                                  shutil.which("espeak-ng"), None))
         samples, _ = speech.read_wav(out_dir / row["path"])
         audio = codec.pad_to_frames(torch.from_numpy(samples.astype(np.float32) / 32768.0))[None]
-        ids = lm.text_layout(tokenizer.encode(text, add_special_tokens=False).ids, special)
         with torch.no_grad():
             codes = net.encode(audio)[0].T  # [T, 32]
-            logits, _ = lm.forced_outputs(voice, ids, None, codes[:-1])
-            predicted = torch.stack([logits[:, c, :level].argmax(-1) for c, level in enumerate(voice.head_levels)], 1)
-            pcm = net.decode(predicted.T[None])[0].numpy()
-        agree, total = agree + int((predicted == codes).sum()), total + codes.numel()
+            own = predicted(text, codes)
+            other = predicted(sentences[(i + 1) % len(sentences)], codes)
+            pcm = net.decode(own.T[None])[0].numpy()
+        agree, total = agree + int((own == codes).sum()), total + codes.numel()
+        agree_other += int((other == codes).sum())
         wav = out_dir / f"{i:03d}.wav"
         speech.write_wav(wav, np.clip(pcm * 32768.0, -32768, 32767).astype(np.int16))
         wavs.append(wav)
-    return wavs, agree / max(total, 1)
+    return wavs, agree / max(total, 1), agree_other / max(total, 1)
 
 
 def score(wavs, sentences):
@@ -217,8 +226,9 @@ def main(argv=None):
         made = synthesize(args.model, [r["text"] for r in rows], args.wav_dir, args.voice,
                           lm_options=args.lm_option)
     elif args.teacher_forced:
-        made, agree = teacher_forced(args.teacher_forced, [r["text"] for r in rows], args.wav_dir)
-        print(f"teacher forced: {100.0 * agree:.1f} % of the predicted codes are espeak-ng's")
+        made, agree, agree_other = teacher_forced(args.teacher_forced, [r["text"] for r in rows], args.wav_dir)
+        print(f"teacher forced: {100.0 * agree:.1f} % of the predicted codes are espeak-ng's "
+              f"({100.0 * agree_other:.1f} % given the next sentence's text instead)")
     if args.model or args.teacher_forced:
         for r, wav in zip(rows, made):
             wav.rename(Path(args.wav_dir) / f"{r['id']}.wav")

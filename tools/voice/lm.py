@@ -84,7 +84,7 @@ DEFAULT_STEPS = 40000
 # larger ones. align_layers "" means every layer but the first (see alignment_loss).
 BATCH_DEFAULTS = {"lr": 1e-3, "warmup": 1000, "max_tokens": 24000, "max_batch": 96,
                   "align_weight": 0.0, "align_layers": "", "text_gap": 0, "frame_noise": 0.0,
-                  "own_frames": 0.0}
+                  "own_frames": 0.0, "frame_blank": 0.0}
 
 # §3.1 text repetition, as the published gepard_config.json has it
 TEXT_REPETITION = {"enabled": True, "target_text_tokens": 16, "apply_below": 13, "max_repeats": 8,
@@ -671,22 +671,34 @@ def own_frames(frames, predicted, p):
     return torch.where(chosen, predicted, frames)
 
 
+def blanked_frames(count, p, device):
+    """[count] bool: which read frames are blanked (their embedding zeroed), each with probability p.
+    A frame the model cannot read must be predicted from the text; a model that can always read
+    the frame before learns to continue it and speaks novel text as it spoke its training text (the
+    information bottleneck that Tacotron's pre-net dropout makes)."""
+    return torch.rand(count, device=device) < p
+
+
 def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=0.0, align_layers=(),
-               frame_noise=0.0, own_frame_share=0.0):
+               frame_noise=0.0, own_frame_share=0.0, frame_blank=0.0):
     """Teacher-forced losses: {"loss" (the total), "ce" (mean channel CE), "stop" (BCE),
     "accuracy" (heads), "align" (alignment_loss averaged over align_layers, when align_weight > 0)}.
     The alignment loss needs a model built with ALIGN_ATTENTION. frame_noise: see noisy_frames;
-    own_frame_share: see own_frames (its predictions come from a first pass without gradients)."""
+    own_frame_share: see own_frames (its predictions come from a first pass without gradients);
+    frame_blank: see blanked_frames."""
     h = model.config.hidden_size
     frames = batch["frames"].long()
 
-    def backbone(read_frames, attentions=()):
+    def backbone(read_frames, blank=None):
         parts = []
         if batch["ref_codes"] is not None:
             parts.append(model.ref_compressor(batch["ref_codes"], batch["ref_mask"]).reshape(-1, h).float())
         parts.append(model.null_prefix.float())
         parts.append(model.model.embed_tokens(batch["text_ids"]).float())
-        parts.append(model.embed_frames(read_frames).float())
+        embedded = model.embed_frames(read_frames).float()
+        if blank is not None:
+            embedded = embedded.masked_fill(blank[:, None], 0.0)
+        parts.append(embedded)
         parts.append(torch.zeros(1, h, device=batch["index"].device))
         inputs = torch.cat(parts)[batch["index"]]
         return model.model(inputs_embeds=inputs, attention_mask=batch["mask"], position_ids=batch["positions"],
@@ -698,6 +710,7 @@ def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=
             predicted = model.head_logits(backbone(frames)[batch["head_rows"]]).argmax(-1)
         read = own_frames(frames, predicted, own_frame_share)
     read = noisy_frames(read, model.head_levels, frame_noise)
+    blank = blanked_frames(frames.shape[0], frame_blank, frames.device) if frame_blank > 0 else None
 
     attentions = [model.model.layers[i].self_attn for i in align_layers] if align_weight > 0 else []
     if attentions and model.config._attn_implementation != ALIGN_ATTENTION:
@@ -707,7 +720,7 @@ def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=
     for attention in attentions:
         attention.align_request, attention.align_value = request, None
     try:
-        hidden = backbone(read)
+        hidden = backbone(read, blank)
     finally:
         values = [attention.align_value for attention in attentions]
         for attention in attentions:
@@ -1031,7 +1044,7 @@ def cmd_train(args):
             group["lr"] = lr
         with phase("forward"), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             losses = batch_loss(model, batch, 1.0, hp["stop_pos_weight"], hp["align_weight"], align_layers,
-                                hp["frame_noise"], hp["own_frames"])
+                                hp["frame_noise"], hp["own_frames"], hp["frame_blank"])
         with phase("backward"):
             optimizer.zero_grad(set_to_none=True)
             losses["loss"].backward()
@@ -1371,6 +1384,8 @@ def main(argv=None):
     t.add_argument("--own-frames", type=float,
                    help="share of the read frames replaced by the model's own predictions of them "
                         "(default 0: off; see own_frames)")
+    t.add_argument("--frame-blank", type=float,
+                   help="share of the read frames the model cannot see (default 0: off; see blanked_frames)")
     t.add_argument("--max-frames", type=int, default=600, help="skip longer utterances (frames)")
     t.add_argument("--seed", type=int, default=1234)
     t.add_argument("--valid-count", type=int, default=64, help="utterances held back for validation loss")
