@@ -14,7 +14,7 @@ GEPARD_APT_PACKAGES=(
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   libsoup-3.0-dev libpq-dev postgresql openssl
   chromium chromium-driver # headless browser for the playground page's test
-  espeak-ng fortunes-min fortunes # speech and text of the default voice's recipe (tools/voice/)
+  espeak-ng fortunes-min fortunes wamerican # speech and text of the default voice's recipe (tools/voice/)
   pocketsphinx pocketsphinx-en-us # recognizes the default voice in its intelligibility test
   python3 python3-venv python3-pip
 )

@@ -77,6 +77,27 @@ def test_corpus_is_deterministic_and_heldout_is_disjoint():
         assert corpus.MIN_WORDS <= len(words) <= 40 and r["text"].isascii()
 
 
+def test_word_lists_read_the_dictionary_without_held_out_words(tmp_path):
+    """A quarter of the corpus are lists of dictionary words: only plain words (no possessives,
+    capitals inside or held-out and blocked words), deterministic; none without a dictionary."""
+    words = ["ladle", "remnant", "Jamaica", "bequeath", "Percival", "sharpened", "damn", "ladle's",
+             "McDonald", "AC", "urbanity", "tongs", "fetal", "egging"]
+    path = tmp_path / "words"
+    path.write_text("\n".join(words) + "\n")
+    assert corpus.dictionary_words(path) == sorted(["ladle", "remnant", "Jamaica", "bequeath", "urbanity",
+                                                    "tongs", "fetal", "egging"])
+    train, _ = corpus.build_corpus(seed=3, size=400, words_file=path)
+    assert train == corpus.build_corpus(seed=3, size=400, words_file=path)[0]
+    lists = [r["text"] for r in train if r["id"].startswith("w")]
+    assert 90 <= len(lists) <= 100 and len(train) == 400
+    allowed = {w.lower() for w in corpus.dictionary_words(path)}
+    for text in lists:
+        said = text.rstrip(".").replace(",", "").replace(" and ", " ").split()
+        assert 4 <= len(said) <= 8 and {w.lower() for w in said} <= allowed and text[0].isupper()
+    train, _ = corpus.build_corpus(seed=3, size=400, words_file=tmp_path / "none")
+    assert not any(r["id"].startswith("w") for r in train) and len(train) == 400
+
+
 def test_fortune_sentences_are_cleaned():
     if not Path(corpus.DEFAULT_FORTUNES_DIR).is_dir():
         pytest.skip("fortunes are not installed")

@@ -11,6 +11,10 @@ Two sources, both available offline:
   read.
 * Sentences generated from templates with a seeded RNG: numbers, dates, times, money, names,
   places, phone numbers, measurements.
+* Word lists from Debian's English dictionary (package ``wamerican``, /usr/share/dict/
+  american-english): "Ladle, remnant, Jamaica and bequeath." — 4 to 8 random words each, a
+  quarter of the corpus by default. Fortunes and templates repeat a few thousand words; a voice
+  must read words it never heard, and these teach it the spelling of tens of thousands.
 
 A second, disjoint set of templates, names, verbs and places makes the held-out sentences used by
 the speech-recognition test. Every held-out sentence has its own name, number and verb, so a
@@ -19,13 +23,15 @@ verb, and no held-out sentence is in train.
 
 The output is deterministic for a given seed and fortunes directory:
 
-    CORPUS_DIR/train.jsonl     {"id": "f000012", "text": "..."} per line (ids f… fortunes, g… generated)
+    CORPUS_DIR/train.jsonl     {"id": "f000012", "text": "..."} per line (ids f… fortunes, g… generated,
+                               w… word lists)
     CORPUS_DIR/heldout.jsonl   {"id": "h000", "text": "..."} per line
 
 Run:
 
     python3 tools/voice/corpus.py CORPUS_DIR [--seed 1] [--size 30000] [--heldout 48]
-        [--fortunes-dir /usr/share/games/fortunes]
+        [--fortunes-dir /usr/share/games/fortunes] [--words-file /usr/share/dict/american-english]
+        [--word-lists N (default size / 4)]
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ import sys
 from pathlib import Path
 
 DEFAULT_FORTUNES_DIR = "/usr/share/games/fortunes"
+DEFAULT_WORDS_FILE = "/usr/share/dict/american-english"
+DICTIONARY_WORD = re.compile(r"[A-Za-z][a-z]{2,13}")  # no possessives, abbreviations or capitals inside
 
 # whole collections left out: pictures, source code, non-English text, and the sets whose
 # cookies are most often offensive, sexual or political
@@ -337,12 +345,40 @@ def mentions_heldout(sentence):
     return any(w.lower() in HELDOUT_WORDS for w in re.findall(r"[A-Za-z]+", sentence))
 
 
+# ---- word lists -------------------------------------------------------------------------------------
+
+
+def dictionary_words(path):
+    """The dictionary's plain words, sorted: 3 to 14 letters, capitalised or not, none held out
+    or blocked."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        words = {line.strip() for line in f}
+    return sorted(w for w in words if DICTIONARY_WORD.fullmatch(w) and not mentions_heldout(w) and not is_blocked(w))
+
+
+def word_list_sentence(rng, words):
+    """4 to 8 random words: "Ladle, remnant, Jamaica and bequeath." """
+    picked = [rng.choice(words) for _ in range(rng.randint(4, 8))]
+    picked[0] = picked[0][0].upper() + picked[0][1:]
+    return ", ".join(picked[:-1]) + " and " + picked[-1] + "."
+
+
 # ---- assembly --------------------------------------------------------------------------------------
 
 
-def build_corpus(seed=1, size=30000, heldout_count=48, fortunes_dir=DEFAULT_FORTUNES_DIR):
-    """(train, heldout): lists of {"id", "text"}; deterministic for the same seed and inputs."""
+def build_corpus(seed=1, size=30000, heldout_count=48, fortunes_dir=DEFAULT_FORTUNES_DIR,
+                 words_file=DEFAULT_WORDS_FILE, word_lists=None):
+    """(train, heldout): lists of {"id", "text"}; deterministic for the same seed and inputs.
+    word_lists (default size // 4) of the size are word-list sentences where words_file exists."""
     rng = random.Random(seed)
+    lists = []
+    if words_file and Path(words_file).is_file():
+        words = dictionary_words(words_file)
+        list_rng = random.Random(seed * 7919 + 2)
+        count = size // 4 if word_lists is None else min(word_lists, size)
+        lists = list(dict.fromkeys(word_list_sentence(list_rng, words) for _ in range(count)))
+    else:
+        print(f"corpus: no dictionary {words_file}; no word lists", file=sys.stderr)
     heldout_texts = heldout_sentences(random.Random(seed * 7919 + 1), heldout_count)
     held = set(heldout_texts)
 
@@ -355,9 +391,10 @@ def build_corpus(seed=1, size=30000, heldout_count=48, fortunes_dir=DEFAULT_FORT
     rng.shuffle(fortunes)
     fortunes = fortunes[: (size * 3) // 4]  # at most 3/4 of the corpus from fortunes
 
-    generated, seen = [], set(fortunes) | held
+    fortunes = fortunes[: size - len(lists)]
+    generated, seen = [], set(fortunes) | held | set(lists)
     attempts = 0
-    while len(fortunes) + len(generated) < size and attempts < size * 20:
+    while len(fortunes) + len(lists) + len(generated) < size and attempts < size * 20:
         attempts += 1
         s = rng.choice(TRAIN_TEMPLATES)(rng)
         if s not in seen and not mentions_heldout(s):
@@ -366,6 +403,7 @@ def build_corpus(seed=1, size=30000, heldout_count=48, fortunes_dir=DEFAULT_FORT
 
     train = [{"id": f"f{i:06d}", "text": t} for i, t in enumerate(fortunes)]
     train += [{"id": f"g{i:06d}", "text": t} for i, t in enumerate(generated)]
+    train += [{"id": f"w{i:06d}", "text": t} for i, t in enumerate(lists)]
     rng.shuffle(train)
     heldout = [{"id": f"h{i:03d}", "text": t} for i, t in enumerate(heldout_texts)]
     return train, heldout
@@ -389,16 +427,20 @@ def main(argv=None):
     parser.add_argument("--size", type=int, default=30000, help="train sentences (default 30000)")
     parser.add_argument("--heldout", type=int, default=48, help="held-out sentences (default 48)")
     parser.add_argument("--fortunes-dir", default=DEFAULT_FORTUNES_DIR)
+    parser.add_argument("--words-file", default=DEFAULT_WORDS_FILE)
+    parser.add_argument("--word-lists", type=int, help="word-list sentences (default size / 4)")
     args = parser.parse_args(argv)
 
-    train, heldout = build_corpus(args.seed, args.size, args.heldout, args.fortunes_dir)
+    train, heldout = build_corpus(args.seed, args.size, args.heldout, args.fortunes_dir, args.words_file,
+                                  args.word_lists)
     args.corpus_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(args.corpus_dir / "train.jsonl", train)
     write_jsonl(args.corpus_dir / "heldout.jsonl", heldout)
-    n_fortunes = sum(1 for r in train if r["id"].startswith("f"))
+    kinds = {k: sum(1 for r in train if r["id"].startswith(k)) for k in "fgw"}
     words = sum(len(r["text"].split()) for r in train)
-    print(f"corpus: {len(train)} train sentences ({n_fortunes} from fortunes, {len(train) - n_fortunes} "
-          f"generated, {words} words), {len(heldout)} held out → {args.corpus_dir}")
+    distinct = len({w.strip(".,").lower() for r in train for w in r["text"].split()})
+    print(f"corpus: {len(train)} train sentences ({kinds['f']} from fortunes, {kinds['g']} generated, "
+          f"{kinds['w']} word lists; {words} words, {distinct} distinct), {len(heldout)} held out → {args.corpus_dir}")
 
 
 if __name__ == "__main__":

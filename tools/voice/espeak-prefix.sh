@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# espeak-ng (and the fortunes text files) for a GPU host that has neither, and no network.
+# espeak-ng (and the fortunes and dictionary text files) for a GPU host that has none, and no network.
 #
 #   tools/voice/espeak-prefix.sh pack    here (Debian bookworm): downloads the .debs into
 #                                        $GEPARD_PREFIX/espeak/debs
@@ -8,13 +8,14 @@
 #
 # `pack` takes espeak-ng, espeak-ng-data, and the packages of every shared library espeak-ng and
 # libespeak-ng load (ldd, then dpkg -S: libpcaudio0, libsonic0, libasound2, libpulse0, libsndfile1
-# and its codecs, …), plus fortunes-min and fortunes for tools/voice/corpus.py. espeak-ng must be
+# and its codecs, …), plus fortunes-min, fortunes and wamerican for tools/voice/corpus.py. espeak-ng must be
 # installed here for ldd to see what it loads (scripts/lib.sh installs it). `env` links into one
 # directory only the libraries the host's loader does not already find (ldconfig -p), so the host's
 # own are kept wherever it has them; PulseAudio's private library stays in its pulseaudio/
 # sub-directory, which goes on LD_LIBRARY_PATH too. It exports PATH (espeak-ng), LD_LIBRARY_PATH,
 # ESPEAK_DATA_PATH (the directory holding espeak-ng-data, which espeak-ng reads itself and
-# tools/voice/speech.py passes as --path) and FORTUNES_DIR (for corpus.py --fortunes-dir).
+# tools/voice/speech.py passes as --path), FORTUNES_DIR and WORDS_FILE (for corpus.py
+# --fortunes-dir and --words-file).
 #
 # GEPARD_PREFIX defaults to device-prefix (git-ignored), which the GPU tool carries.
 set -euo pipefail
@@ -45,7 +46,7 @@ pack() {
       dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true
     done | cut -d: -f1 | sort -u | grep -v -x -E 'libc6|libgcc-s1|libstdc\+\+6|zlib1g'
   )
-  packages="$packages espeak-ng espeak-ng-data fortunes-min fortunes"
+  packages="$packages espeak-ng espeak-ng-data fortunes-min fortunes wamerican"
   packages=$(echo $packages | tr ' ' '\n' | sort -u)
   (cd "$pack/debs" && apt-get download $packages >/dev/null)
   echo "packed into $pack: $(echo $packages | wc -w) packages, $(du -sh "$pack" | cut -f1)"
@@ -76,6 +77,7 @@ export PATH=$root/usr/bin:\$PATH
 export LD_LIBRARY_PATH=$lib:$root/usr/lib/$arch/pulseaudio\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 export ESPEAK_DATA_PATH=$root/usr/lib/$arch
 export FORTUNES_DIR=$root/usr/share/games/fortunes
+export WORDS_FILE=$root/usr/share/dict/american-english
 EOF
 }
 

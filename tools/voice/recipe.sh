@@ -28,7 +28,8 @@
 # (extra options), LM_BATCH (the LM's batch options, default "--max-tokens 96000 --max-batch 384":
 # on a GPU the small LM is bound by the host's work per step, an H200 ~10 % busy at lm.py's own
 # defaults), SPEECH_LIMIT (synthesize only that many train sentences: for a quick trial).
-# espeak-ng and the fortunes come from tools/voice/espeak-prefix.sh where the host lacks them.
+# espeak-ng, the fortunes and the dictionary come from tools/voice/espeak-prefix.sh where the host
+# lacks them. CORPUS_ARGS: corpus.py's options (e.g. "--size 60000 --word-lists 30000").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -47,14 +48,17 @@ stage() { echo "=== recipe: $* ($(date -u +%T))"; }
 left() { echo $((deadline - $(date +%s) - reserve)); }
 in_minutes() { awk -v s="$1" 'BEGIN { printf "%.2f", s / 60 }'; }
 
-if ! command -v espeak-ng >/dev/null || [ ! -d /usr/share/games/fortunes ]; then
+if ! command -v espeak-ng >/dev/null || [ ! -d /usr/share/games/fortunes ] \
+  || [ ! -f /usr/share/dict/american-english ]; then
   eval "$(tools/voice/espeak-prefix.sh env)"
 fi
 fortunes=${FORTUNES_DIR:-/usr/share/games/fortunes}
+words=${WORDS_FILE:-/usr/share/dict/american-english}
 
 if [ ! -s "$work/corpus/train.jsonl" ]; then
   stage corpus
-  python3 tools/voice/corpus.py "$work/corpus" --fortunes-dir "$fortunes"
+  # shellcheck disable=SC2086
+  python3 tools/voice/corpus.py "$work/corpus" --fortunes-dir "$fortunes" --words-file "$words" ${CORPUS_ARGS:-}
 fi
 if [ ! -s "$work/data/speech/index.jsonl" ]; then
   stage speech
