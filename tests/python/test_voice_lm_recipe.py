@@ -219,7 +219,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--resume",
                     "--steps", str(TRAIN_STEPS + 2), "--max-tokens", "3000", "--max-batch", "8", "--lr", "1e-3",
                     "--text-gap", "16", "--frame-noise", "0.1", "--own-frames", "0.5",
-                    "--frame-blank", "0.3",
+                    "--frame-blank", "0.3", "--bpe-dropout", "0.1",
                     "--log-every", "1", "--eval-every", "1", "--threads", "1", "--device", "cpu"]) == 0
     assert "max_tokens 1500 → 3000" in capsys.readouterr().out
     last = json.loads((run / "train.log").read_text().splitlines()[-1])
@@ -230,6 +230,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     assert (state["train"]["max_tokens"], state["train"]["max_batch"], state["train"]["lr"]) == (3000, 8, 1e-3)
     assert state["train"]["text_gap"] == 16 and state["train"]["frame_noise"] == 0.1
     assert state["train"]["own_frames"] == 0.5 and state["train"]["frame_blank"] == 0.3
+    assert state["train"]["bpe_dropout"] == 0.1
     assert state["train"]["warmup"] == 4  # not given: kept
 
 
@@ -370,6 +371,33 @@ def test_blanked_frames_at_the_rate_asked():
     assert bool(lm.blanked_frames(1000, 1.0, "cpu").all())
     rate = float(lm.blanked_frames(20000, 0.4, "cpu").float().mean())
     assert 0.38 < rate < 0.42
+
+
+def test_bpe_dropout_spells_the_same_text_in_pieces(data, tokenizer_json):
+    """--bpe-dropout: each utterance keeps other tokenizations of its text, in more (shorter)
+    pieces that decode to the same text, laid out like the engine's; an example takes one of
+    them half of the time."""
+    from tokenizers import Tokenizer
+
+    levels, records = lm.load_codes(data / "codes.pt")
+    special = lm.tokenizer_special_ids(tokenizer_json)
+    plain, _ = lm.prepare_utterances(records, levels, tokenizer_json, special, 600, set())
+    kept, _ = lm.prepare_utterances(records, levels, tokenizer_json, special, 600, set(), bpe_dropout=0.3)
+    assert all(not u.variants for u in plain)
+    tokenizer = Tokenizer.from_file(str(tokenizer_json))
+    longer = 0
+    for u, p in zip(kept, plain):
+        assert u.tokens == p.tokens and len(u.variants) == lm.BPE_VARIANTS
+        for tokens, ids in u.variants:
+            assert tokenizer.decode(tokens) == tokenizer.decode(u.tokens)
+            assert ids == lm.text_layout(tokens, special)
+            longer += len(tokens) > len(u.tokens)
+    assert longer > len(kept)  # most variants are in more pieces
+    rng = random.Random(7)
+    spelled = [kept[0].spelled(rng, 0.5) for _ in range(400)]
+    assert 150 < sum(s is not kept[0] for s in spelled) < 250
+    assert all(s.codes is kept[0].codes for s in spelled)
+    assert plain[0].spelled(rng, 1.0) is plain[0]
 
 
 def test_held_out_speaker_is_left_out(data, tokenizer_json):

@@ -36,7 +36,9 @@ plus the stop head's BCE on the hidden state of each frame (1 on the last frame,
 half the examples get their frames' positions moved on by 1…G past the text (see collate); with
 --frame-noise P the frames the model reads (not those it predicts) have each code moved to a
 neighbouring level with probability P (see noisy_frames); with --own-frames P a share P of the
-frames it reads are its own argmax predictions of them from a first pass (see own_frames). AdamW, bf16
+frames it reads are its own argmax predictions of them from a first pass (see own_frames); with
+--frame-blank P a share P of them are hidden (see blanked_frames); with --bpe-dropout P half the
+examples' texts are tokenized with BPE-dropout P (see bpe_dropout_variants). AdamW, bf16
 autocast on CUDA, batches of similar length under a token budget. RoPE uses bf16-rounded inv_freq
 in training as the engine does at inference (§1.5).
 
@@ -84,7 +86,7 @@ DEFAULT_STEPS = 40000
 # larger ones. align_layers "" means every layer but the first (see alignment_loss).
 BATCH_DEFAULTS = {"lr": 1e-3, "warmup": 1000, "max_tokens": 24000, "max_batch": 96,
                   "align_weight": 0.0, "align_layers": "", "text_gap": 0, "frame_noise": 0.0,
-                  "own_frames": 0.0, "frame_blank": 0.0}
+                  "own_frames": 0.0, "frame_blank": 0.0, "bpe_dropout": 0.0}
 
 # §3.1 text repetition, as the published gepard_config.json has it
 TEXT_REPETITION = {"enabled": True, "target_text_tokens": 16, "apply_below": 13, "max_repeats": 8,
@@ -455,13 +457,23 @@ def count_parameters(model):
 # ---- data ----------------------------------------------------------------------------------------
 
 class Utterance:
-    __slots__ = ("id", "speaker", "tokens", "ids", "codes")
+    """variants: other tokenizations of the text, [(tokens, ids)] (see bpe_dropout_variants)."""
+    __slots__ = ("id", "speaker", "tokens", "ids", "codes", "variants")
 
-    def __init__(self, uid, speaker, tokens, ids, codes):
+    def __init__(self, uid, speaker, tokens, ids, codes, variants=()):
         self.id, self.speaker, self.tokens, self.ids, self.codes = uid, speaker, tokens, ids, codes
+        self.variants = variants
 
     def length(self):
         return len(self.ids) + self.codes.shape[0]
+
+    def spelled(self, rng, p):
+        """With probability p (where it has variants), the utterance under one of its other
+        tokenizations; else itself."""
+        if not self.variants or rng.random() >= p:
+            return self
+        tokens, ids = rng.choice(self.variants)
+        return Utterance(self.id, self.speaker, tokens, ids, self.codes)
 
 
 def load_codes(path):
@@ -472,9 +484,29 @@ def load_codes(path):
     return levels, data["utterances"]
 
 
-def prepare_utterances(records, levels, tokenizer_path, special, max_frames, exclude_speakers):
+BPE_VARIANTS = 4  # other tokenizations kept per utterance with --bpe-dropout
+
+
+def bpe_dropout_variants(tokenizer_path, texts, special, dropout, count=BPE_VARIANTS):
+    """Per text, `count` tokenizations with BPE-dropout (each merge skipped with probability
+    dropout; Provilkov et al., 2020), as [(tokens, laid-out ids)]. The tokenizer splits a word it
+    never saw in training into short pieces, which the common words it keeps whole rarely show the
+    model; spelling the training text in pieces too teaches their sounds."""
+    from tokenizers import Tokenizer
+
+    config = json.loads(pathlib.Path(tokenizer_path).read_text(encoding="utf-8"))
+    config["model"]["dropout"] = dropout
+    tokenizer = Tokenizer.from_str(json.dumps(config))
+    rounds = [tokenizer.encode_batch(texts, add_special_tokens=False) for _ in range(count)]
+    return [[(list(r[i].ids), text_layout(r[i].ids, special)) for r in rounds if r[i].ids]
+            for i in range(len(texts))]
+
+
+def prepare_utterances(records, levels, tokenizer_path, special, max_frames, exclude_speakers,
+                       bpe_dropout=0.0):
     """Tokenized, laid-out utterances with uint8 codes of the "train" split (codec.py marks the
-    held-out speaker "heldout_speaker"); skips excluded speakers and unusable utterances."""
+    held-out speaker "heldout_speaker"); skips excluded speakers and unusable utterances. With
+    bpe_dropout > 0 each also gets BPE_VARIANTS other tokenizations (bpe_dropout_variants)."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
@@ -482,7 +514,9 @@ def prepare_utterances(records, levels, tokenizer_path, special, max_frames, exc
     kept, skipped = [], 0
     texts = [r["text"] for r in records]
     encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
-    for record, enc in zip(records, encodings):
+    variants = (bpe_dropout_variants(tokenizer_path, texts, special, bpe_dropout) if bpe_dropout > 0
+                else [()] * len(texts))
+    for record, enc, spellings in zip(records, encodings, variants):
         if record.get("split", "train") != "train" or record["speaker"] in exclude_speakers:
             continue
         codes = torch.as_tensor(record["codes"])
@@ -493,7 +527,7 @@ def prepare_utterances(records, levels, tokenizer_path, special, max_frames, exc
         if bool(((codes < 0) | (codes >= bound)).any()):
             raise SystemExit(f"utterance {record['id']}: a code is outside its channel's levels")
         kept.append(Utterance(str(record["id"]), str(record["speaker"]), list(enc.ids),
-                              text_layout(enc.ids, special), codes.to(torch.uint8).contiguous()))
+                              text_layout(enc.ids, special), codes.to(torch.uint8).contiguous(), spellings))
     return kept, skipped
 
 
@@ -921,7 +955,7 @@ def cmd_train(args):
 
     levels, records = load_codes(args.data)
     utterances, skipped = prepare_utterances(records, levels, tokenizer_path, special, hp["max_frames"],
-                                             set(hp["exclude_speakers"]))
+                                             set(hp["exclude_speakers"]), hp["bpe_dropout"])
     if not utterances:
         raise SystemExit(f"{args.data}: no usable utterances")
     train_set, valid_set = split_validation(utterances, min(hp["valid_count"], len(utterances) // 10),
@@ -1035,7 +1069,8 @@ def cmd_train(args):
             examples = []
             for i in batches[batch_in_epoch]:
                 mode, ref = plan.choose(i, train_set[i], train_set, rng)
-                examples.append((train_set[i], mode, ref))
+                # half the time in pieces (BPE-dropout), else as the engine tokenizes it
+                examples.append((train_set[i].spelled(rng, 0.5), mode, ref))
             batch = to_device(collate(examples, COMPRESSOR_QUERIES, text_gaps(len(examples), hp["text_gap"], rng)),
                               device)
 
@@ -1384,6 +1419,9 @@ def main(argv=None):
     t.add_argument("--own-frames", type=float,
                    help="share of the read frames replaced by the model's own predictions of them "
                         "(default 0: off; see own_frames)")
+    t.add_argument("--bpe-dropout", type=float,
+                   help="half the examples' texts tokenized with this BPE-dropout (default 0: off; see "
+                        "bpe_dropout_variants)")
     t.add_argument("--frame-blank", type=float,
                    help="share of the read frames the model cannot see (default 0: off; see blanked_frames)")
     t.add_argument("--max-frames", type=int, default=600, help="skip longer utterances (frames)")
