@@ -440,7 +440,8 @@ def main(argv=None):
     words = sum(len(r["text"].split()) for r in train)
     distinct = len({w.strip(".,").lower() for r in train for w in r["text"].split()})
     print(f"corpus: {len(train)} train sentences ({kinds['f']} from fortunes, {kinds['g']} generated, "
-          f"{kinds['w']} word lists; {words} words, {distinct} distinct), {len(heldout)} held out → {args.corpus_dir}")
+          f"{kinds['w']} word lists; {words} words, {distinct} distinct), {len(heldout)} held out "
+          f"→ {args.corpus_dir}")
 
 
 if __name__ == "__main__":
