@@ -1,6 +1,6 @@
 """Text corpus for the default voice: Debian fortunes sentences plus generated sentences.
 
-Two sources, both available offline:
+Three sources, all available offline:
 
 * Debian's fortune cookie files (packages ``fortunes-min`` and ``fortunes``, installed under
   /usr/share/games/fortunes; ``tools/voice/espeak-prefix.sh`` also carries them to the GPU host).
@@ -21,7 +21,7 @@ the speech-recognition test. Every held-out sentence has its own name, number an
 recogniser's transcript tells them apart; no train sentence contains a held-out name, place or
 verb, and no held-out sentence is in train.
 
-The output is deterministic for a given seed and fortunes directory:
+The output is deterministic for a given seed, fortunes directory and dictionary:
 
     CORPUS_DIR/train.jsonl     {"id": "f000012", "text": "..."} per line (ids f… fortunes, g… generated,
                                w… word lists)
@@ -389,9 +389,8 @@ def build_corpus(seed=1, size=30000, heldout_count=48, fortunes_dir=DEFAULT_FORT
     else:
         print(f"corpus: no fortunes directory {fortunes_dir}; generated sentences only", file=sys.stderr)
     rng.shuffle(fortunes)
-    fortunes = fortunes[: (size * 3) // 4]  # at most 3/4 of the corpus from fortunes
+    fortunes = fortunes[: min((size * 3) // 4, size - len(lists))]  # at most 3/4 of the corpus
 
-    fortunes = fortunes[: size - len(lists)]
     generated, seen = [], set(fortunes) | held | set(lists)
     attempts = 0
     while len(fortunes) + len(lists) + len(generated) < size and attempts < size * 20:

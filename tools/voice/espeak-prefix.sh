@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# espeak-ng (and the fortunes and dictionary text files) for a GPU host that has none, and no network.
+# espeak-ng (and the fortunes and dictionary text files) for a GPU host without them or a network.
 #
 #   tools/voice/espeak-prefix.sh pack    here (Debian bookworm): downloads the .debs into
 #                                        $GEPARD_PREFIX/espeak/debs
@@ -8,11 +8,12 @@
 #
 # `pack` takes espeak-ng, espeak-ng-data, and the packages of every shared library espeak-ng and
 # libespeak-ng load (ldd, then dpkg -S: libpcaudio0, libsonic0, libasound2, libpulse0, libsndfile1
-# and its codecs, …), plus fortunes-min, fortunes and wamerican for tools/voice/corpus.py. espeak-ng must be
-# installed here for ldd to see what it loads (scripts/lib.sh installs it). `env` links into one
-# directory only the libraries the host's loader does not already find (ldconfig -p), so the host's
-# own are kept wherever it has them; PulseAudio's private library stays in its pulseaudio/
-# sub-directory, which goes on LD_LIBRARY_PATH too. It exports PATH (espeak-ng), LD_LIBRARY_PATH,
+# and its codecs, …), plus fortunes-min, fortunes and wamerican for tools/voice/corpus.py.
+# espeak-ng must be installed here for ldd to see what it loads (scripts/lib.sh installs it). `env`
+# links into one directory only the libraries the host's loader does not already find
+# (ldconfig -p), so the host's own are kept wherever it has them; PulseAudio's private library
+# stays in its pulseaudio/ sub-directory, which goes on LD_LIBRARY_PATH too. It exports PATH
+# (espeak-ng), LD_LIBRARY_PATH,
 # ESPEAK_DATA_PATH (the directory holding espeak-ng-data, which espeak-ng reads itself and
 # tools/voice/speech.py passes as --path), FORTUNES_DIR and WORDS_FILE (for corpus.py
 # --fortunes-dir and --words-file).
