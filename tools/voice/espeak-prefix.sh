@@ -13,10 +13,9 @@
 # links into one directory only the libraries the host's loader does not already find
 # (ldconfig -p), so the host's own are kept wherever it has them; PulseAudio's private library
 # stays in its pulseaudio/ sub-directory, which goes on LD_LIBRARY_PATH too. It exports PATH
-# (espeak-ng), LD_LIBRARY_PATH,
-# ESPEAK_DATA_PATH (the directory holding espeak-ng-data, which espeak-ng reads itself and
-# tools/voice/speech.py passes as --path), FORTUNES_DIR and WORDS_FILE (for corpus.py
-# --fortunes-dir and --words-file).
+# (espeak-ng), LD_LIBRARY_PATH, ESPEAK_DATA_PATH (the directory holding espeak-ng-data, which
+# espeak-ng reads itself and tools/voice/speech.py passes as --path), FORTUNES_DIR and WORDS_FILE
+# (for corpus.py --fortunes-dir and --words-file).
 #
 # GEPARD_PREFIX defaults to device-prefix (git-ignored), which the GPU tool carries.
 set -euo pipefail
