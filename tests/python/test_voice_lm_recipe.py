@@ -150,6 +150,14 @@ def run_dir(data, tokenizer_json, tmp_path_factory):
     return run
 
 
+def checkpoint_model(run_dir):
+    """The run's model from its checkpoint, in eval mode."""
+    state, tensors = lm.read_checkpoint(run_dir)
+    model = lm.build_model(state["model"])
+    lm.load_model_weights(model, tensors, "model/")
+    return model.eval()
+
+
 @pytest.fixture(scope="module")
 def exported(run_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("voice-export")
@@ -309,10 +317,7 @@ def test_text_gap_moves_only_the_frames(run_dir, data, tokenizer_json):
     assert torch.equal(moved["positions"][1, :n], torch.arange(n))
     assert torch.equal(moved["positions"][1, n:], torch.arange(n, width) + 5)
 
-    state, tensors = lm.read_checkpoint(run_dir)
-    model = lm.build_model(state["model"])
-    lm.load_model_weights(model, tensors, "model/")
-    model.eval()
+    model = checkpoint_model(run_dir)
     with torch.no_grad():
         zero = lm.collate(examples, lm.COMPRESSOR_QUERIES, [0, 0])
         ce = [float(lm.batch_loss(model, b)["ce"]) for b in (plain, zero, moved)]
@@ -353,10 +358,7 @@ def test_own_frames_replace_whole_frames(run_dir, data, tokenizer_json):
     special = lm.tokenizer_special_ids(tokenizer_json)
     kept, _ = lm.prepare_utterances(records, levels, tokenizer_json, special, 600, set())
     batch = lm.collate([(kept[0], "none", None), (kept[1], "none", None)], lm.COMPRESSOR_QUERIES)
-    state, tensors = lm.read_checkpoint(run_dir)
-    model = lm.build_model(state["model"])
-    lm.load_model_weights(model, tensors, "model/")
-    model.eval()
+    model = checkpoint_model(run_dir)
     with torch.no_grad():
         plain = float(lm.batch_loss(model, batch)["ce"])
         off, own = (float(lm.batch_loss(model, batch, own_frame_share=p)["ce"]) for p in (0.0, 1.0))

@@ -723,18 +723,19 @@ def batch_loss(model, batch, stop_weight=1.0, stop_pos_weight=1.0, align_weight=
     h = model.config.hidden_size
     frames = batch["frames"].long()
 
+    # the source rows before the frames' (prefixes, null prefix, text), the same in both passes
+    parts = []
+    if batch["ref_codes"] is not None:
+        parts.append(model.ref_compressor(batch["ref_codes"], batch["ref_mask"]).reshape(-1, h).float())
+    parts.append(model.null_prefix.float())
+    parts.append(model.model.embed_tokens(batch["text_ids"]).float())
+
     def backbone(read_frames, blank=None):
-        parts = []
-        if batch["ref_codes"] is not None:
-            parts.append(model.ref_compressor(batch["ref_codes"], batch["ref_mask"]).reshape(-1, h).float())
-        parts.append(model.null_prefix.float())
-        parts.append(model.model.embed_tokens(batch["text_ids"]).float())
         embedded = model.embed_frames(read_frames).float()
         if blank is not None:
             embedded = embedded.masked_fill(blank[:, None], 0.0)
-        parts.append(embedded)
-        parts.append(torch.zeros(1, h, device=batch["index"].device))
-        inputs = torch.cat(parts)[batch["index"]]
+        zero = torch.zeros(1, h, device=batch["index"].device)
+        inputs = torch.cat(parts + [embedded, zero])[batch["index"]]
         return model.model(inputs_embeds=inputs, attention_mask=batch["mask"], position_ids=batch["positions"],
                            use_cache=False).last_hidden_state.reshape(-1, h)
 
