@@ -1075,7 +1075,8 @@ gepard_cuda_codec_info (GepardCudaCodec *codec, GepardCudaCodecInfo *info)
   info->state_bytes = codec->state_floats * sizeof (float);
   info->work_bytes
       = (codec->state_floats * codec->slot_stride + codec->input_floats * codec->max_batch
-         + codec->buffer_floats * codec->n_buffers + codec->partial_floats)
+         + codec->buffer_floats * (codec->n_buffers + (codec->gemm_out != NULL ? 1 : 0))
+         + codec->partial_floats)
         * sizeof (float);
   info->max_streams = codec->config.max_streams;
   info->tensor_cores = !codec->tensor_cores ? 0 : codec->blas != NULL ? 2 : 1;
@@ -1158,25 +1159,23 @@ gepard_cuda_codec_decode (GepardCudaCodec *codec, const int *streams, const floa
                 "Decoding audio");
     }
 
+  cudaError_t status;
+  codec->blas_status = CUBLAS_STATUS_SUCCESS;
   if (n_pass == codec->profile_batch)
     {
       /* GEPARD_CUDA_CODEC_PROFILE=N: the first pass over N streams, uncaptured, is the one a
        * profiler started with --profile-from-start off sees */
       codec->profile_batch = 0;
       cudaProfilerStart ();
-      cudaError_t status = run_pass (codec, n_pass);
+      status = run_pass (codec, n_pass);
       cudaProfilerStop ();
-      CUDA_TRY (status, "Decoding audio");
     }
   else
-    {
-      cudaError_t status
-          = codec->use_graphs ? run_pass_graph (codec, n_pass) : run_pass (codec, n_pass);
-      if (status != cudaSuccess && codec->blas_status != CUBLAS_STATUS_SUCCESS)
-        return msg.fail ("Decoding audio: a cuBLAS GEMM failed: %s",
-                         codec->blas->status_string (codec->blas_status));
-      CUDA_TRY (status, "Decoding audio");
-    }
+    status = codec->use_graphs ? run_pass_graph (codec, n_pass) : run_pass (codec, n_pass);
+  if (status != cudaSuccess && codec->blas_status != CUBLAS_STATUS_SUCCESS)
+    return msg.fail ("Decoding audio: a cuBLAS GEMM failed: %s",
+                     codec->blas->status_string (codec->blas_status));
+  CUDA_TRY (status, "Decoding audio");
   size_t total = (size_t)c.samples_per_frame * n;
   CUDA_TRY (cudaMemcpyAsync (codec->h_out, codec->d_out, total * sizeof (float),
                              cudaMemcpyDeviceToHost, stream),
