@@ -369,6 +369,8 @@ inspect_generate (const char *path, const LmOptions *o)
       gint64 shape[2] = {n, 32};
       gepard_safetensors_writer_add_data (writer, "frames", GEPARD_DTYPE_I32, 2, shape,
                                           frames->data);
+      if (in.n_prefix > 0)
+        add_f32 (writer, "prefix", prefix, in.n_prefix, in.config->hidden_size);
       if (!gepard_safetensors_writer_write (writer, o->output, &error))
         return fail (error);
     }
@@ -444,8 +446,8 @@ main (int argc, char **argv)
                "  tensors FILE    the tensors of a safetensors file or model\n"
                "  lm MODEL        hidden states, head and stop logits for --ids "
                "(prefill) and --frames (decode steps) into --output\n"
-               "  generate MODEL  frames for --ids or --text (layout applied) "
-               "into --output\n");
+               "  generate MODEL  frames for --ids or --text (layout applied), and the "
+               "prefix they were conditioned on, into --output\n");
   g_option_context_add_main_entries (context, entries, NULL);
   g_autoptr (GError) error = NULL;
   if (!g_option_context_parse (context, &argc, &argv, &error))

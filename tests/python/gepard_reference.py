@@ -464,16 +464,20 @@ def run_lm(checkpoint_dir, ids, ref_codes=None, null_prefix=False, frames=None, 
         ref.f32_gemm = False
 
 
+def _prefix(ref, ref_codes, null_prefix, given_prefix):
+    """The prefix rows [K, H] in bf16 (None for none): the given ones, or the reference's own."""
+    if given_prefix is None:
+        return ref.prefix(ref_codes, null_prefix)
+    if ref_codes is not None or null_prefix:
+        raise ValueError("give prefix, ref_codes or null_prefix, not several")
+    prefix = torch.as_tensor(np.asarray(given_prefix, dtype=np.float32), device=ref.device).to(BF16)
+    if prefix.ndim != 2 or prefix.shape[1] != ref.cfg.hidden_size:
+        raise ValueError(f"prefix must be [K, {ref.cfg.hidden_size}]")
+    return prefix if prefix.shape[0] > 0 else None
+
+
 def _run_lm(ref, forward, ids, ref_codes, null_prefix, frames, schedule, given_prefix):
-    if given_prefix is not None:
-        if ref_codes is not None or null_prefix:
-            raise ValueError("give prefix, ref_codes or null_prefix, not several")
-        prefix = torch.as_tensor(np.asarray(given_prefix, dtype=np.float32), device=ref.device).to(BF16)
-        if prefix.ndim != 2 or prefix.shape[1] != ref.cfg.hidden_size:
-            raise ValueError(f"prefix must be [K, {ref.cfg.hidden_size}]")
-        prefix = prefix if prefix.shape[0] > 0 else None
-    else:
-        prefix = ref.prefix(ref_codes, null_prefix)
+    prefix = _prefix(ref, ref_codes, null_prefix, given_prefix)
     embeds = ref.prefill_embeds(ids, prefix)
     p = embeds.shape[0]
     h = ref.cfg.hidden_size
@@ -517,11 +521,12 @@ def top2_gap(logits):
 
 @torch.no_grad()
 def generate_greedy(checkpoint_dir, ids, ref_codes=None, null_prefix=False, max_frames=16,
-                    inv_freq="bf16", device="cpu"):
+                    inv_freq="bf16", device="cpu", prefix=None):
     """§3.3/§3.4 with argmax per head (first index on exact ties, like torch.argmax).
 
     Frame 0 comes from the last prefill position (SOS) with no stop check; then each step decodes the
     last frame, checks stop (bf16 sigmoid > 0.5) and, if not stopping, appends the argmax frame.
+    prefix: a given [K, H] prefix instead of ref_codes/null_prefix, as in run_lm.
 
     Returns a dict: frames [T, 32] int32; gaps [T, 32] float32, the top-2 logit gap of each sampled
     head; stop_logits [T'] float32, the stop logit at each check made (T' = T − 1, or T when stop
@@ -541,7 +546,7 @@ def generate_greedy(checkpoint_dir, ids, ref_codes=None, null_prefix=False, max_
             gaps.append(float(top2_gap(part)))
         return frame, gaps
 
-    prefix = ref.prefix(ref_codes, null_prefix)
+    prefix = _prefix(ref, ref_codes, null_prefix, prefix)
     hidden, cache = ref.forward(ref.prefill_embeds(ids, prefix))
     frame, gaps = pick(hidden[-1])
     frames, all_gaps, stops, stopped = [frame], [gaps], [], False
