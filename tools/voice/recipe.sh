@@ -29,7 +29,8 @@
 # on a GPU the small LM is bound by the host's work per step, an H200 ~10 % busy at lm.py's own
 # defaults), SPEECH_LIMIT (synthesize only that many train sentences: for a quick trial).
 # espeak-ng, the fortunes and the dictionary come from tools/voice/espeak-prefix.sh where the host
-# lacks them. CORPUS_ARGS: corpus.py's options (e.g. "--size 60000 --word-lists 30000").
+# lacks them. CORPUS_ARGS: corpus.py's options (e.g. "--size 60000 --word-lists 30000");
+# TOKENIZER_ARGS: tokenizer.py's (e.g. "--vocab-size 1024").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -117,7 +118,8 @@ if [ ! -s "$work/data/codes.pt" ]; then
 fi
 if [ ! -s "$run/tokenizer.json" ]; then
   stage tokenizer
-  python3 tools/voice/tokenizer.py "$work/corpus" --output "$run/tokenizer.json"
+  # shellcheck disable=SC2086
+  python3 tools/voice/tokenizer.py "$work/corpus" --output "$run/tokenizer.json" ${TOKENIZER_ARGS:-}
 fi
 
 lm_done() { [ -s "$work/lm-train.out" ] && grep -q '^finished' "$work/lm-train.out"; }
