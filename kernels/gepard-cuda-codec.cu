@@ -1080,6 +1080,7 @@ gepard_cuda_codec_info (GepardCudaCodec *codec, GepardCudaCodecInfo *info)
         * sizeof (float);
   info->max_streams = codec->config.max_streams;
   info->tensor_cores = !codec->tensor_cores ? 0 : codec->blas != NULL ? 2 : 1;
+  info->graphs = codec->use_graphs ? 1 : 0;
 }
 
 GEPARD_CUDA_EXPORT int

@@ -614,12 +614,12 @@ codec_check (GepardCompute *gpu, GepardCodec *codec, GArray *batches, int n_fram
   audio_compare (&alone_vs_batch, out[0], alone, (gsize)n_frames * spf);
   audio_compare (&alone_vs_cpu, ref[0], alone, (gsize)n_frames * spf);
 
-  g_print ("codec parity (%s, %d streams joining one pass apart, %d frames each, random codes; "
-           "CPU one-shot decode %.2f s):\n",
-           pedantic                                                         ? "sums in plain fp32"
-           : g_strcmp0 (g_getenv ("GEPARD_CUDA_CODEC_GEMM"), "cublas") == 0 ? "cuBLAS, TF32"
-                                                                            : "TF32 tensor cores",
-           n, n_frames, (t1 - t0) / 1e6);
+  /* the codec's own account of how it ran, a capture that failed included */
+  g_autofree char *description = gepard_compute_cuda_describe (gpu);
+  const char *as_run = strstr (description, "codec on the GPU");
+  g_print ("codec parity (%d streams joining one pass apart, %d frames each, random codes; CPU "
+           "one-shot decode %.2f s); as run: %s\n",
+           n, n_frames, (t1 - t0) / 1e6, as_run != NULL ? as_run : description);
   g_print (
       "| comparison | max abs error | RMS error | signal RMS | SNR dB |\n|---|---|---|---|---|\n");
   const struct
