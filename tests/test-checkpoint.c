@@ -2,6 +2,7 @@
  * errors that name the problem. */
 #include "gepard-checkpoint.h"
 #include "gepard-error.h"
+#include "gepard-test-model.h"
 
 #include <json-glib/json-glib.h>
 #include <stdio.h>
@@ -18,15 +19,8 @@ static char *work_dir;
 static void
 make_model (const char *dir, const char *extra_args)
 {
-  g_autofree char *tool
-      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
-  g_autofree char *command
-      = g_strdup_printf ("'%s' --preset tiny --seed 7 %s '%s'", tool, extra_args, dir);
-  g_autofree char *err = NULL;
-  int status = 0;
-  g_assert_true (g_spawn_command_line_sync (command, NULL, &err, &status, NULL));
-  if (!g_spawn_check_wait_status (status, NULL))
-    g_error ("%s failed: %s", command, err);
+  g_autofree char *options = g_strdup_printf ("--preset tiny --seed 7 %s", extra_args);
+  gepard_test_make_model (options, dir);
 }
 
 static char *

@@ -9,6 +9,7 @@
 #include "gepard-error.h"
 #include "gepard-nemo.h"
 #include "gepard-pickle.h"
+#include "gepard-test-model.h"
 #include "gepard-yaml.h"
 
 #include <gio/gio.h>
@@ -67,19 +68,9 @@ build_dir (void)
 static void
 run_generator (const char *preset, const char *format, guint seed, const char *out)
 {
-  g_autofree char *tool = g_build_filename (build_dir (), "tools", "gepard-make-test-model", NULL);
-  g_autofree char *seed_text = g_strdup_printf ("%u", seed);
-  const char *argv[] = {tool,      "--codec-only", "--preset", preset, "--seed",
-                        seed_text, "--format",     format,     out,    NULL};
-  g_autofree char *err = NULL;
-  g_autoptr (GError) error = NULL;
-  int status;
-
-  g_assert_true (g_spawn_sync (NULL, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, NULL, &err,
-                               &status, &error));
-  g_assert_no_error (error);
-  if (!g_spawn_check_wait_status (status, NULL))
-    g_error ("%s failed: %s", tool, err);
+  g_autofree char *options
+      = g_strdup_printf ("--codec-only --preset %s --seed %u --format %s", preset, seed, format);
+  gepard_test_make_model (options, out);
 }
 
 /* tiny-preset files of one seed, written once per run */

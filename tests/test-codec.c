@@ -10,6 +10,7 @@
 #include "gepard-error.h"
 #include "gepard-fsq.h"
 #include "gepard-safetensors.h"
+#include "gepard-test-model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -1129,19 +1130,15 @@ test_tool_decode (void)
 int
 main (int argc, char **argv)
 {
-  g_autofree char *tool = NULL, *command = NULL, *cleanup = NULL;
+  g_autofree char *cleanup = NULL;
   g_autoptr (GError) error = NULL;
-  int status = 0, result;
+  int result;
 
   test_program = g_strdup (argv[0]);
   g_test_init (&argc, &argv, NULL);
   work_dir = g_dir_make_tmp ("gepard-codec-XXXXXX", NULL);
   codec_path = g_build_filename (work_dir, "codec.safetensors", NULL);
-  tool = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
-  command = g_strdup_printf ("'%s' --codec-only --preset tiny --seed 3 --format safetensors '%s'",
-                             tool, codec_path);
-  g_assert_true (g_spawn_command_line_sync (command, NULL, NULL, &status, NULL));
-  g_assert_true (g_spawn_check_wait_status (status, NULL));
+  gepard_test_make_model ("--codec-only --preset tiny --seed 3 --format safetensors", codec_path);
   codec = gepard_codec_new (codec_path, &error);
   g_assert_no_error (error);
   weights = gepard_codec_weights_open (codec_path, &error);

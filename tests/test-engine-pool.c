@@ -2,6 +2,7 @@
  * new streams go to the less loaded engine, a burst is spread evenly, voices are in every
  * engine's registry, and the stats add up. */
 #include "gepard-engine-pool.h"
+#include "gepard-test-model.h"
 
 #include <stdlib.h>
 
@@ -170,12 +171,7 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, NULL);
   work_dir = g_dir_make_tmp ("gepard-engine-pool-XXXXXX", NULL);
   model_dir = g_build_filename (work_dir, "tiny", NULL);
-  g_autofree char *tool
-      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
-  g_autofree char *command = g_strdup_printf ("'%s' --preset tiny --seed 5 '%s'", tool, model_dir);
-  int status = 0;
-  g_assert_true (g_spawn_command_line_sync (command, NULL, NULL, &status, NULL));
-  g_assert_true (g_spawn_check_wait_status (status, NULL));
+  gepard_test_make_model ("--preset tiny --seed 5", model_dir);
 
   g_test_add_func ("/engine-pool/burst-is-spread", test_burst_is_spread);
   g_test_add_func ("/engine-pool/less-loaded-engine-is-picked", test_less_loaded_engine_is_picked);

@@ -2,6 +2,7 @@
  * it, cancellation ends one utterance at once, bad requests are refused. */
 #include "gepard-engine.h"
 #include "gepard-error.h"
+#include "gepard-test-model.h"
 
 #include <glib/gstdio.h>
 
@@ -514,12 +515,7 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, NULL);
   work_dir = g_dir_make_tmp ("gepard-engine-XXXXXX", NULL);
   model_dir = g_build_filename (work_dir, "tiny", NULL);
-  g_autofree char *tool
-      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
-  g_autofree char *command = g_strdup_printf ("'%s' --preset tiny --seed 21 '%s'", tool, model_dir);
-  int status = 0;
-  g_assert_true (g_spawn_command_line_sync (command, NULL, NULL, &status, NULL));
-  g_assert_true (g_spawn_check_wait_status (status, NULL));
+  gepard_test_make_model ("--preset tiny --seed 21", model_dir);
 
   g_test_add_func ("/engine/single-equals-reference", test_single_equals_reference);
   g_test_add_func ("/engine/batched-equals-reference", test_batched_equals_reference);

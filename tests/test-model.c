@@ -3,6 +3,7 @@
  * tests/python/test_lm_parity.py. */
 #include "gepard-error.h"
 #include "gepard-generate.h"
+#include "gepard-test-model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -316,14 +317,8 @@ main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   work_dir = g_dir_make_tmp ("gepard-model-XXXXXX", NULL);
-  g_autofree char *tool
-      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
-  g_autofree char *command
-      = g_strdup_printf ("'%s' --preset tiny --seed 5 --codec none '%s/tiny'", tool, work_dir);
-  int status = 0;
-  g_assert_true (g_spawn_command_line_sync (command, NULL, NULL, &status, NULL));
-  g_assert_true (g_spawn_check_wait_status (status, NULL));
   g_autofree char *dir = g_build_filename (work_dir, "tiny", NULL);
+  gepard_test_make_model ("--preset tiny --seed 5 --codec none", dir);
   checkpoint = gepard_checkpoint_open (dir, NULL);
   g_assert_nonnull (checkpoint);
   model = gepard_model_new (checkpoint, GEPARD_ROPE_INV_FREQ_BF16, NULL);

@@ -2,6 +2,7 @@
  * from audio runs the codec encoder and the compressor, and the engine's voice registry. */
 #include "gepard-bf16.h"
 #include "gepard-error.h"
+#include "gepard-test-model.h"
 #include "gepard-voice.h"
 
 #include <glib/gstdio.h>
@@ -370,12 +371,7 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, NULL);
   work_dir = g_dir_make_tmp ("gepard-voice-XXXXXX", NULL);
   model_dir = g_build_filename (work_dir, "tiny", NULL);
-  g_autofree char *tool
-      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
-  g_autofree char *command = g_strdup_printf ("'%s' --preset tiny --seed 2 '%s'", tool, model_dir);
-  int status = 0;
-  g_assert_true (g_spawn_command_line_sync (command, NULL, NULL, &status, NULL));
-  g_assert_true (g_spawn_check_wait_status (status, NULL));
+  gepard_test_make_model ("--preset tiny --seed 2", model_dir);
   g_autoptr (GError) error = NULL;
   engine = gepard_engine_new (model_dir, "cpu", NULL, &error);
   g_assert_no_error (error);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gepard-test-model.h"
+
 static char *work_dir;
 static char *model_dir;
 
@@ -79,12 +81,7 @@ main (int argc, char **argv)
   gst_check_init (&argc, &argv);
   work_dir = g_dir_make_tmp ("gepard-embed-XXXXXX", NULL);
   model_dir = g_build_filename (work_dir, "tiny", NULL);
-  g_autofree char *tool
-      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
-  g_autofree char *command = g_strdup_printf ("'%s' --preset tiny --seed 4 '%s'", tool, model_dir);
-  int status = 0;
-  g_assert_true (g_spawn_command_line_sync (command, NULL, NULL, &status, NULL));
-  g_assert_true (g_spawn_check_wait_status (status, NULL));
+  gepard_test_make_model ("--preset tiny --seed 4", model_dir);
 
   int failed = gst_check_run_suite (embed_suite (), "embed", __FILE__);
   g_autofree char *rm = g_strdup_printf ("rm -rf '%s'", work_dir);

@@ -8,6 +8,7 @@
 #include <glib/gstdio.h>
 
 #include "gepard-codec.h"
+#include "gepard-test-model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -400,17 +401,6 @@ gepardcodec_suite (void)
   return s;
 }
 
-static void
-run_tool (const char *arguments)
-{
-  g_autofree char *tool
-      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
-  g_autofree char *command = g_strdup_printf ("'%s' %s", tool, arguments);
-  int status = 0;
-  g_assert_true (g_spawn_command_line_sync (command, NULL, NULL, &status, NULL));
-  g_assert_true (g_spawn_check_wait_status (status, NULL));
-}
-
 int
 main (int argc, char **argv)
 {
@@ -426,14 +416,9 @@ main (int argc, char **argv)
   codec_path = g_build_filename (work_dir, "codec.nemo", NULL);
   model_dir = g_build_filename (work_dir, "model", NULL);
   bare_dir = g_build_filename (work_dir, "bare", NULL);
-  g_autofree char *codec_args
-      = g_strdup_printf ("--codec-only --preset tiny --seed 3 '%s'", codec_path);
-  g_autofree char *model_args = g_strdup_printf ("--preset tiny --seed 8 '%s'", model_dir);
-  g_autofree char *bare_args
-      = g_strdup_printf ("--preset tiny --seed 8 --codec none '%s'", bare_dir);
-  run_tool (codec_args);
-  run_tool (model_args);
-  run_tool (bare_args);
+  gepard_test_make_model ("--codec-only --preset tiny --seed 3", codec_path);
+  gepard_test_make_model ("--preset tiny --seed 8", model_dir);
+  gepard_test_make_model ("--preset tiny --seed 8 --codec none", bare_dir);
 
   int failed = gst_check_run_suite (gepardcodec_suite (), "gepardcodec", __FILE__);
 

@@ -6,6 +6,7 @@
 #include <gst/check/gstharness.h>
 
 #include "gepard-engine.h"
+#include "gepard-test-model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -526,13 +527,7 @@ main (int argc, char **argv)
 
   work_dir = g_dir_make_tmp ("gepardlm-XXXXXX", NULL);
   model_dir = g_build_filename (work_dir, "tiny", NULL);
-  g_autofree char *tool
-      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
-  g_autofree char *command
-      = g_strdup_printf ("'%s' --preset tiny --seed 7 --codec none '%s'", tool, model_dir);
-  int status = 0;
-  g_assert_true (g_spawn_command_line_sync (command, NULL, NULL, &status, NULL));
-  g_assert_true (g_spawn_check_wait_status (status, NULL));
+  gepard_test_make_model ("--preset tiny --seed 7 --codec none", model_dir);
 
   int failed = gst_check_run_suite (gepardlm_suite (), "gepardlm", __FILE__);
 

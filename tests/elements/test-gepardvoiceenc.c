@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gepard-test-model.h"
+
 static char *work_dir;
 static char *model_dir;
 
@@ -620,13 +622,7 @@ main (int argc, char **argv)
   work_dir = g_dir_make_tmp ("gepardvoiceenc-XXXXXX", NULL);
   model_dir = g_build_filename (work_dir, "tiny", NULL);
   /* seed 2: a tiny codec whose encoder reaches codes off the centre for loud audio */
-  g_autofree char *tool
-      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
-  g_autofree char *command = g_strdup_printf ("'%s' --preset tiny --seed 2 '%s'", tool, model_dir);
-  int status = 0;
-  if (!g_spawn_command_line_sync (command, NULL, NULL, &status, NULL)
-      || !g_spawn_check_wait_status (status, NULL))
-    g_error ("cannot write the test model with %s", tool);
+  gepard_test_make_model ("--preset tiny --seed 2", model_dir);
 
   int failed = gst_check_run_suite (gepardvoiceenc_suite (), "gepardvoiceenc", __FILE__);
 

@@ -2,6 +2,7 @@
  * the way an application runs it, and through gst-launch-1.0 the way a user types it: the run
  * reaches EOS without an error, and the file is a valid 16 kHz WAV holding every generated frame's
  * audio. */
+#include "gepard-test-model.h"
 #include "gstgepardcontext.h"
 
 #include <gst/check/gstcheck.h>
@@ -473,12 +474,7 @@ main (int argc, char **argv)
 
   work_dir = g_dir_make_tmp ("gepard-pipeline-XXXXXX", NULL);
   model_dir = g_build_filename (work_dir, "tiny", NULL);
-  g_autofree char *tool
-      = g_build_filename (g_getenv ("GEPARD_BUILD_DIR"), "tools", "gepard-make-test-model", NULL);
-  g_autofree char *command = g_strdup_printf ("'%s' --preset tiny --seed 7 '%s'", tool, model_dir);
-  int status = 0;
-  g_assert_true (g_spawn_command_line_sync (command, NULL, NULL, &status, NULL));
-  g_assert_true (g_spawn_check_wait_status (status, NULL));
+  gepard_test_make_model ("--preset tiny --seed 7", model_dir);
 
   int failed = gst_check_run_suite (pipeline_suite (), "pipeline", __FILE__);
 
