@@ -512,13 +512,13 @@ def prepare_utterances(records, levels, tokenizer_path, special, max_frames, exc
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
     bound = torch.tensor(levels)
     kept, skipped = [], 0
+    records = [r for r in records
+               if r.get("split", "train") == "train" and r["speaker"] not in exclude_speakers]
     texts = [r["text"] for r in records]
     encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
     variants = (bpe_dropout_variants(tokenizer_path, texts, special, bpe_dropout) if bpe_dropout > 0
                 else [()] * len(texts))
     for record, enc, spellings in zip(records, encodings, variants):
-        if record.get("split", "train") != "train" or record["speaker"] in exclude_speakers:
-            continue
         codes = torch.as_tensor(record["codes"])
         if (codes.ndim != 2 or codes.shape[1] != N_CHANNELS or codes.shape[0] < 2
                 or codes.shape[0] > max_frames or not enc.ids):
