@@ -462,8 +462,8 @@ struct Conv
   int n = 0;     /* new columns per stream in a pass (one frame) */
   int k_pad = 0; /* kernel · c_in rounded up to TILE_K */
   float *w = NULL;
-  /* for cuBLAS: [kernel][c_out][c_in_pad], each tap's matrix on its own, rows of c_in_pad (c_in
-   * rounded up to 4) floats so that every tap and row starts on 16 bytes */
+  /* for cuBLAS instead of w: [kernel][c_out][c_in_pad], each tap's matrix on its own, rows of
+   * c_in_pad (c_in rounded up to 4) floats so that every tap and row starts on 16 bytes */
   float *w_taps = NULL;
   int c_in_pad = 0;
   float *bias = NULL;
@@ -601,7 +601,9 @@ load_act (GepardCudaCodec *codec, Act &act, int channels, GepardCudaTensorLookup
   return 0;
 }
 
-/* W [c_out][c_in][k] → [c_out][k][c_in], the implicit GEMM's reduction order */
+/* W [c_out][c_in][k] in the layout of the GEMM that runs the convolutions: for the own kernel
+ * [c_out][k][c_in], its reduction order, with the input column of each reduction element; for
+ * cuBLAS [k][c_out][c_in_pad], each tap's matrix on its own. */
 int
 load_conv (GepardCudaCodec *codec, Conv &conv, int c_in, int c_out, int kernel, int dilation, int n,
            GepardCudaTensorLookup lookup, void *user_data, const std::string &name, Message &msg)
@@ -616,25 +618,10 @@ load_conv (GepardCudaCodec *codec, Conv &conv, int c_in, int c_out, int kernel, 
   codec->state_floats += (size_t)c_in * conv.hist;
   codec->input_floats = std::max (codec->input_floats, (size_t)c_in * (conv.hist + n));
   conv.k_pad = (kernel * c_in + TILE_K - 1) / TILE_K * TILE_K;
-  std::vector<int> offsets (conv.k_pad, 0);
-  for (int m = 0; m < kernel; m++)
-    for (int c = 0; c < c_in; c++)
-      offsets[(size_t)m * c_in + c] = c * (conv.hist + n) + m * dilation;
-  CUDA_TRY (codec_alloc (codec, &conv.k_offset, offsets.size ()), "Allocating the codec's weights");
-  CUDA_TRY (cudaMemcpy (conv.k_offset, offsets.data (), offsets.size () * sizeof (int),
-                        cudaMemcpyHostToDevice),
-            "Uploading the codec's weights");
   std::vector<float> w, bias;
   if (fetch (lookup, user_data, name + ".conv.weight", (size_t)c_out * c_in * kernel, w, msg) != 0
-      || fetch (lookup, user_data, name + ".conv.bias", c_out, bias, msg) != 0)
-    return -1;
-  std::vector<float> packed ((size_t)c_out * conv.k_pad, 0.0f);
-  for (int o = 0; o < c_out; o++)
-    for (int c = 0; c < c_in; c++)
-      for (int m = 0; m < kernel; m++)
-        packed[(size_t)o * conv.k_pad + (size_t)m * c_in + c]
-            = w[((size_t)o * c_in + c) * kernel + m];
-  if (upload (codec, &conv.w, packed, msg) != 0 || upload (codec, &conv.bias, bias, msg) != 0)
+      || fetch (lookup, user_data, name + ".conv.bias", c_out, bias, msg) != 0
+      || upload (codec, &conv.bias, bias, msg) != 0)
     return -1;
   if (codec->blas != NULL)
     {
@@ -645,10 +632,23 @@ load_conv (GepardCudaCodec *codec, Conv &conv, int c_in, int c_out, int kernel, 
           for (int c = 0; c < c_in; c++)
             taps[((size_t)m * c_out + o) * conv.c_in_pad + c]
                 = w[((size_t)o * c_in + c) * kernel + m];
-      if (upload (codec, &conv.w_taps, taps, msg) != 0)
-        return -1;
+      return upload (codec, &conv.w_taps, taps, msg);
     }
-  return 0;
+  std::vector<int> offsets (conv.k_pad, 0);
+  for (int m = 0; m < kernel; m++)
+    for (int c = 0; c < c_in; c++)
+      offsets[(size_t)m * c_in + c] = c * (conv.hist + n) + m * dilation;
+  CUDA_TRY (codec_alloc (codec, &conv.k_offset, offsets.size ()), "Allocating the codec's weights");
+  CUDA_TRY (cudaMemcpy (conv.k_offset, offsets.data (), offsets.size () * sizeof (int),
+                        cudaMemcpyHostToDevice),
+            "Uploading the codec's weights");
+  std::vector<float> packed ((size_t)c_out * conv.k_pad, 0.0f);
+  for (int o = 0; o < c_out; o++)
+    for (int c = 0; c < c_in; c++)
+      for (int m = 0; m < kernel; m++)
+        packed[(size_t)o * conv.k_pad + (size_t)m * c_in + c]
+            = w[((size_t)o * c_in + c) * kernel + m];
+  return upload (codec, &conv.w, packed, msg);
 }
 
 int
