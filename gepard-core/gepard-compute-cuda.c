@@ -577,7 +577,8 @@ gepard_compute_cuda_describe (GepardCompute *compute)
       self->fn.codec_info (self->codec_gpu, &ci);
       audio = g_strdup_printf ("codec on the GPU (%s, %s): weights %.1f MiB, %.0f KiB of state "
                                "per stream, %.2f GiB for %d streams",
-                               ci.tensor_cores == 2   ? "cuBLAS, TF32 tensor cores"
+                               ci.tensor_cores == 3   ? "fp16 tensor cores"
+                               : ci.tensor_cores == 2 ? "cuBLAS, TF32 tensor cores"
                                : ci.tensor_cores == 1 ? "TF32 tensor cores"
                                                       : "fp32",
                                ci.graphs ? "passes as CUDA graphs" : "passes kernel by kernel",

@@ -21,12 +21,16 @@
  * weights and X the virtual input read at a column offset: with GEPARD_CUDA_CODEC_GEMM=cublas,
  * cuBLAS runs those (TF32, fp32 accumulation) into a scratch plane and one elementwise kernel adds
  * the bias, the residual and the branch mean (the own kernel serves where cuBLAS cannot be
- * opened). GEPARD_CUDA_CODEC_PEDANTIC=1 sums in plain fp32 with the own kernel (the reference
- * for the error the tensor cores add). Either way the summation order differs from the CPU's, so
+ * opened). With GEPARD_CUDA_CODEC_GEMM=fp16 a second own kernel runs it with fp16 operands
+ * (mma.sync m16n8k16, fp32 accumulation): fp16 keeps TF32's 10-bit mantissa at twice its rate and
+ * half its bytes, the gather writes the virtual input in fp16 and the weights are uploaded so.
+ * GEPARD_CUDA_CODEC_PEDANTIC=1 sums in plain fp32 with the own kernel (the reference for the error
+ * the tensor cores add). Either way the summation order differs from the CPU's, so
  * results agree with gepard-codec.c within a tolerance, not bit for bit. */
 #include "gepard-cuda.h"
 #include "gepard-cuda-private.h"
 
+#include <cuda_fp16.h>
 #include <cuda_profiler_api.h>
 #include <mma.h>
 #include <stdlib.h>
@@ -52,9 +56,9 @@ constexpr int TILE_M = 64;
 constexpr int TILE_N = 64;
 constexpr int TILE_K = 32;
 constexpr int CONV_THREADS = 128;
-/* a pass covers a multiple of 4 streams, so that every row of a layer's batch matrix starts on
- * 16 bytes and the tiles move in 16-byte copies */
-constexpr int PASS_ALIGN = 4;
+/* a pass covers a multiple of 8 streams, so that every row of a layer's batch matrix starts on
+ * 16 bytes (in fp16 as in fp32) and the tiles move in 16-byte copies */
+constexpr int PASS_ALIGN = 8;
 
 struct ActArgs
 {
@@ -67,6 +71,7 @@ struct ActArgs
 struct ConvArgs
 {
   const float *w;      /* [c_out][k_total]: [kernel][c_in], then zeros */
+  const __half *w16;   /* the same for the fp16 kernel */
   const float *bias;   /* [c_out] */
   const int *k_offset; /* [k_total]: c·(hist + n) + m·dilation, in columns of one stream; 0 in
                           the padding */
@@ -76,6 +81,7 @@ struct ConvArgs
   int batch;             /* streams */
   int k_split;           /* reduction elements per split (a multiple of TILE_K) */
   const float *xv;       /* the virtual input [c_in][(hist + n) · batch], activated */
+  const __half *xv16;    /* the same for the fp16 kernel */
   const float *residual; /* [c_out][n · batch] or NULL: y = residual + conv */
   const float *mean[3];  /* y = (mean[0] + … + y) / (n_mean + 1) */
   int n_mean;
@@ -127,7 +133,7 @@ constexpr int B_PER_THREAD = TILE_K * TILE_N / CONV_THREADS;
 
 /* a 16-byte asynchronous copy into shared memory; zeros where `valid` is false */
 __device__ __forceinline__ void
-copy_async (float *dst, const float *src, bool valid)
+copy_async (void *dst, const void *src, bool valid)
 {
   unsigned to = (unsigned)__cvta_generic_to_shared (dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src),
@@ -311,6 +317,212 @@ __launch_bounds__ (CONV_THREADS) conv_kernel (const __grid_constant__ ConvArgs a
     }
 }
 
+/* ---- the fp16 implicit GEMM ---- */
+
+/* Tiles of BM output channels × H_BN columns × H_BK reduction elements, eight warps, H_STAGES
+ * stages of asynchronous copies in flight. Shared rows are padded by 8 halves (16 bytes) so that
+ * the 8 rows an ldmatrix reads fall in 8 different bank groups. */
+constexpr int H_BN = 128;
+constexpr int H_BK = TILE_K;
+constexpr int H_STAGES = 3;
+constexpr int H_THREADS = 256;
+constexpr int H_A_LD = H_BK + 8;
+constexpr int H_B_LD = H_BN + 8;
+
+template <int BM>
+__host__ __device__ constexpr int
+h_stage_halves ()
+{
+  return BM * H_A_LD + H_BK * H_B_LD;
+}
+
+template <int BM>
+constexpr size_t
+h_smem_bytes ()
+{
+  return (size_t)H_STAGES * h_stage_halves<BM> () * sizeof (__half);
+}
+
+__device__ __forceinline__ unsigned
+shared_address (const void *p)
+{
+  return (unsigned)__cvta_generic_to_shared (p);
+}
+
+/* four 8 × 8 matrices of halves; lane l gives the address of one row of matrix l / 8 */
+__device__ __forceinline__ void
+load_matrix_x4 (unsigned r[4], const __half *p)
+{
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address (p)));
+}
+
+/* the same, each matrix transposed on the way */
+__device__ __forceinline__ void
+load_matrix_x4_trans (unsigned r[4], const __half *p)
+{
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address (p)));
+}
+
+/* d (16 × 8, fp32) += a (16 × 16, fp16, row-major) · b (16 × 8, fp16, column-major) */
+__device__ __forceinline__ void
+mma_f16 (float d[4], const unsigned a[4], const unsigned b[2])
+{
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* The chunk of the reduction at k0 into `as` [BM][H_A_LD] and `bs` [H_BK][H_B_LD], as 16-byte
+ * asynchronous copies of 8 halves; rows past c_out and columns past n_cols read as zeros. */
+template <int BM>
+__device__ __forceinline__ void
+fetch_tiles_f16 (const ConvArgs &a, int o0, int j0, int k0, __half *as, __half *bs)
+{
+  constexpr int A_CHUNKS = BM * H_BK / 8, B_CHUNKS = H_BK * H_BN / 8;
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < (A_CHUNKS + H_THREADS - 1) / H_THREADS; i++)
+    {
+      int idx = tid + i * H_THREADS;
+      if (A_CHUNKS % H_THREADS != 0 && idx >= A_CHUNKS)
+        break;
+      int r = idx / (H_BK / 8), q = idx % (H_BK / 8) * 8;
+      int o = o0 + r;
+      bool valid = o < a.c_out;
+      copy_async (as + r * H_A_LD + q, valid ? a.w16 + (size_t)o * a.k_total + k0 + q : a.w16,
+                  valid);
+    }
+#pragma unroll
+  for (int i = 0; i < B_CHUNKS / H_THREADS; i++)
+    {
+      int idx = tid + i * H_THREADS;
+      int q = idx / (H_BN / 8), col = idx % (H_BN / 8) * 8;
+      int j = j0 + col;
+      bool valid = j < a.n_cols;
+      copy_async (bs + q * H_B_LD + col,
+                  valid ? a.xv16 + (size_t)a.k_offset[k0 + q] * a.batch + j : a.xv16, valid);
+    }
+}
+
+/* One BM × H_BN tile of a causal convolution over the reduction range of split blockIdx.z, with
+ * fp16 operands and fp32 sums: each warp owns a WM × WN piece as (WM / 16) × (WN / 8) m16n8k16
+ * products per 16 reduction elements, fragments loaded with ldmatrix (the input tile, stored
+ * reduction-major, transposed on the way). Element (kk, j) of the right-hand matrix is
+ * xv16[k_offset[kk]·batch + j], as in conv_kernel. */
+template <int BM, int WM, int WN>
+__global__ void
+__launch_bounds__ (H_THREADS) conv_f16_kernel (const __grid_constant__ ConvArgs a)
+{
+  constexpr int WARPS_N = H_BN / WN, MI = WM / 16, NI = WN / 8;
+  constexpr int STAGE = h_stage_halves<BM> ();
+  static_assert ((BM / WM) * WARPS_N * 32 == H_THREADS, "eight warps cover the tile");
+  static_assert (NI % 2 == 0, "the input fragments come in pairs");
+  extern __shared__ __align__ (16) unsigned char smem_bytes[];
+  __half *smem = reinterpret_cast<__half *> (smem_bytes);
+  const int o0 = blockIdx.y * BM, j0 = blockIdx.x * H_BN;
+  const int k_begin = blockIdx.z * a.k_split;
+  const int n_chunks = (min (a.k_total, k_begin + a.k_split) - k_begin) / H_BK;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        acc[mi][ni][e] = 0.0f;
+
+        /* chunk c lives in stage c % H_STAGES; every iteration commits one group (empty past the
+         * end), so waiting for all but the last H_STAGES − 2 groups means chunk c has arrived */
+#pragma unroll
+  for (int s = 0; s < H_STAGES - 1; s++)
+    {
+      if (s < n_chunks)
+        fetch_tiles_f16<BM> (a, o0, j0, k_begin + s * H_BK, smem + s * STAGE,
+                             smem + s * STAGE + BM * H_A_LD);
+      asm volatile("cp.async.commit_group;\n" ::);
+    }
+  for (int c = 0; c < n_chunks; c++)
+    {
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(H_STAGES - 2));
+      /* chunk c is visible to all, and all are done with chunk c − 1, whose stage is refilled */
+      __syncthreads ();
+      int next = c + H_STAGES - 1;
+      if (next < n_chunks)
+        {
+          __half *st = smem + (next % H_STAGES) * STAGE;
+          fetch_tiles_f16<BM> (a, o0, j0, k_begin + next * H_BK, st, st + BM * H_A_LD);
+        }
+      asm volatile("cp.async.commit_group;\n" ::);
+
+      const __half *as = smem + (c % H_STAGES) * STAGE;
+      const __half *bs = as + BM * H_A_LD;
+#pragma unroll
+      for (int ks = 0; ks < H_BK; ks += 16)
+        {
+          unsigned af[MI][4], bf[NI][2];
+          /* A: lanes 0–15 rows 0–15 at reduction ks, lanes 16–31 the same rows at ks + 8 */
+#pragma unroll
+          for (int mi = 0; mi < MI; mi++)
+            load_matrix_x4 (af[mi],
+                            as + (wm * WM + mi * 16 + lane % 16) * H_A_LD + ks + lane / 16 * 8);
+            /* B: lanes 0–15 reduction rows ks … ks + 15 at columns 0–7 of the pair, lanes 16–31
+             * at columns 8–15 */
+#pragma unroll
+          for (int np = 0; np < NI / 2; np++)
+            {
+              unsigned r[4];
+              load_matrix_x4_trans (r, bs + (ks + lane % 16) * H_B_LD + wn * WN + np * 16
+                                           + lane / 16 * 8);
+              bf[2 * np][0] = r[0];
+              bf[2 * np][1] = r[1];
+              bf[2 * np + 1][0] = r[2];
+              bf[2 * np + 1][1] = r[3];
+            }
+#pragma unroll
+          for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NI; ni++)
+              mma_f16 (acc[mi][ni], af[mi], bf[ni]);
+        }
+    }
+  asm volatile("cp.async.wait_group 0;\n" ::);
+
+  /* thread (g, t) = (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each
+   * product */
+  float *partial = gridDim.z > 1 ? a.partial + (size_t)blockIdx.z * a.c_out * a.n_cols : NULL;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+    for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        {
+          int o = o0 + wm * WM + mi * 16 + g + h * 8;
+          int j = j0 + wn * WN + ni * 8 + 2 * t;
+          /* n_cols is a multiple of 8: both columns are in range or neither */
+          if (o >= a.c_out || j >= a.n_cols)
+            continue;
+#pragma unroll
+          for (int e = 0; e < 2; e++)
+            {
+              float v = acc[mi][ni][2 * h + e];
+              if (partial != NULL)
+                partial[(size_t)o * a.n_cols + j + e] = v;
+              else
+                conv_store (a, o, j + e, v);
+            }
+        }
+}
+
 /* the partial sums of the splits, in split order, then what conv_store adds */
 __global__ void
 conv_reduce_kernel (const __grid_constant__ ConvArgs a, int splits)
@@ -327,9 +539,35 @@ conv_reduce_kernel (const __grid_constant__ ConvArgs a, int splits)
 
 /* A convolution's virtual input [c][(hist + n) · batch]: each stream's history (kept activated)
  * then the activation of its n new columns. */
+__device__ __forceinline__ void
+put (float *p, float x)
+{
+  *p = x;
+}
+
+__device__ __forceinline__ void
+put (__half *p, float x)
+{
+  *p = __float2half_rn (x);
+}
+
+__device__ __forceinline__ float
+get (const float *p)
+{
+  return *p;
+}
+
+__device__ __forceinline__ float
+get (const __half *p)
+{
+  return __half2float (*p);
+}
+
+/* T: float, or __half for the fp16 kernel */
+template <typename T>
 __global__ void
 gather_input_kernel (const float *in, const float *state, int channels, int hist, int n, int batch,
-                     int max_streams, const int *slots, ActArgs act, float *xv)
+                     int max_streams, const int *slots, ActArgs act, T *xv)
 {
   size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   int length = hist + n;
@@ -347,13 +585,14 @@ gather_input_kernel (const float *in, const float *state, int channels, int hist
       if (act.enabled)
         x = activate (act, c, x);
     }
-  xv[idx] = x;
+  put (xv + idx, x);
 }
 
 /* after the convolution: each stream's history becomes the last `hist` columns of its virtual
  * input */
+template <typename T>
 __global__ void
-keep_history_kernel (const float *xv, int channels, int hist, int n, int batch, float *state,
+keep_history_kernel (const T *xv, int channels, int hist, int n, int batch, float *state,
                      int max_streams, const int *slots)
 {
   size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -363,7 +602,7 @@ keep_history_kernel (const float *xv, int channels, int hist, int n, int batch, 
   int h = (int)(idx / batch % hist);
   int c = (int)(idx / ((size_t)batch * hist));
   state[((size_t)c * hist + h) * max_streams + slots[s]]
-      = xv[((size_t)c * (hist + n) + n + h) * batch + s];
+      = get (xv + ((size_t)c * (hist + n) + n + h) * batch + s);
 }
 
 /* §2.3 grouped transposed convolution (groups = out channels, kernel 2·rate, stride rate): output
@@ -462,6 +701,7 @@ struct Conv
   int n = 0;     /* new columns per stream in a pass (one frame) */
   int k_pad = 0; /* kernel · c_in rounded up to TILE_K */
   float *w = NULL;
+  __half *w16 = NULL; /* w in fp16, for the fp16 kernel instead */
   /* for cuBLAS instead of w: [kernel][c_out][c_in_pad], each tap's matrix on its own, rows of
    * c_in_pad (c_in rounded up to 4) floats so that every tap and row starts on 16 bytes */
   float *w_taps = NULL;
@@ -495,6 +735,7 @@ struct _GepardCudaCodec
   int device = 0;
   cudaStream_t stream = NULL;
   bool tensor_cores = true;
+  bool f16 = false; /* the convolutions' GEMMs in the own fp16 kernel */
   /* the convolutions' GEMMs through cuBLAS (else the own kernel); blas_status: its last failure */
   const GepardCudaBlas *blas = NULL;
   cublasHandle_t blas_handle = NULL;
@@ -552,13 +793,14 @@ codec_alloc (GepardCudaCodec *codec, T **ptr, size_t count)
   return status;
 }
 
+template <typename T>
 int
-upload (GepardCudaCodec *codec, float **dst, const std::vector<float> &v, Message &msg)
+upload (GepardCudaCodec *codec, T **dst, const std::vector<T> &v, Message &msg)
 {
   CUDA_TRY (codec_alloc (codec, dst, v.size ()), "Allocating the codec's weights");
-  CUDA_TRY (cudaMemcpy (*dst, v.data (), v.size () * sizeof (float), cudaMemcpyHostToDevice),
+  CUDA_TRY (cudaMemcpy (*dst, v.data (), v.size () * sizeof (T), cudaMemcpyHostToDevice),
             "Uploading the codec's weights");
-  codec->weight_bytes += v.size () * sizeof (float);
+  codec->weight_bytes += v.size () * sizeof (T);
   return 0;
 }
 
@@ -601,9 +843,9 @@ load_act (GepardCudaCodec *codec, Act &act, int channels, GepardCudaTensorLookup
   return 0;
 }
 
-/* W [c_out][c_in][k] in the layout of the GEMM that runs the convolutions: for the own kernel
- * [c_out][k][c_in], its reduction order, with the input column of each reduction element; for
- * cuBLAS [k][c_out][c_in_pad], each tap's matrix on its own. */
+/* W [c_out][c_in][k] in the layout of the GEMM that runs the convolutions: for the own kernels
+ * [c_out][k][c_in], their reduction order (in fp16 for the fp16 kernel), with the input column of
+ * each reduction element; for cuBLAS [k][c_out][c_in_pad], each tap's matrix on its own. */
 int
 load_conv (GepardCudaCodec *codec, Conv &conv, int c_in, int c_out, int kernel, int dilation, int n,
            GepardCudaTensorLookup lookup, void *user_data, const std::string &name, Message &msg)
@@ -648,7 +890,18 @@ load_conv (GepardCudaCodec *codec, Conv &conv, int c_in, int c_out, int kernel, 
       for (int m = 0; m < kernel; m++)
         packed[(size_t)o * conv.k_pad + (size_t)m * c_in + c]
             = w[((size_t)o * c_in + c) * kernel + m];
-  return upload (codec, &conv.w, packed, msg);
+  if (!codec->f16)
+    return upload (codec, &conv.w, packed, msg);
+  std::vector<__half> halves (packed.size ());
+  for (size_t i = 0; i < packed.size (); i++)
+    {
+      if (!(fabsf (packed[i]) <= 65504.0f))
+        return msg.fail ("The codec's tensor %s.conv.weight has a value (%g) that fp16 cannot "
+                         "hold; unset GEPARD_CUDA_CODEC_GEMM=fp16",
+                         name.c_str (), packed[i]);
+      halves[i] = __float2half_rn (packed[i]);
+    }
+  return upload (codec, &conv.w16, halves, msg);
 }
 
 int
@@ -732,24 +985,63 @@ act_args (const Act *act)
   return a;
 }
 
-/* The convolution's GEMM with the module's own kernel, its reduction split over several blocks
- * where the output alone would leave the GPU mostly idle. */
+/* The fp16 kernel's rows per tile for c_out output channels: the widest tile whose padding
+ * costs at most a tenth more rows than the next narrower one's. */
+int
+f16_tile_rows (int c_out)
+{
+  auto padded = [c_out] (int rows) { return (c_out + rows - 1) / rows * rows; };
+  if (padded (128) * 10 <= padded (64) * 11)
+    return 128;
+  if (padded (64) * 10 <= padded (32) * 11)
+    return 64;
+  return 32;
+}
+
+/* the fp16 kernels may take more shared memory than the 48 KiB a launch gets by default */
+cudaError_t
+allow_f16_shared_memory ()
+{
+  RETURN_IF_FAILED (cudaFuncSetAttribute (conv_f16_kernel<128, 64, 32>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)h_smem_bytes<128> ()));
+  RETURN_IF_FAILED (cudaFuncSetAttribute (conv_f16_kernel<64, 32, 32>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)h_smem_bytes<64> ()));
+  return cudaFuncSetAttribute (conv_f16_kernel<32, 32, 16>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)h_smem_bytes<32> ());
+}
+
+/* The convolution's GEMM with one of the module's own kernels, its reduction split over several
+ * blocks where the output alone would leave the GPU mostly idle. */
 cudaError_t
 run_own_gemm (GepardCudaCodec *codec, ConvArgs a, size_t plane)
 {
-  dim3 grid ((a.n_cols + TILE_N - 1) / TILE_N, (a.c_out + TILE_M - 1) / TILE_M, 1);
+  const int tile_m = codec->f16 ? f16_tile_rows (a.c_out) : TILE_M;
+  const int tile_n = codec->f16 ? H_BN : TILE_N;
+  dim3 grid ((a.n_cols + tile_n - 1) / tile_n, (a.c_out + tile_m - 1) / tile_m, 1);
   int chunks = (a.k_total + TILE_K - 1) / TILE_K;
   int splits = std::max (1, codec->target_blocks / (int)(grid.x * grid.y));
   splits = std::min ({splits, chunks, (int)std::max<size_t> (1, codec->partial_floats / plane)});
   a.k_split = (chunks + splits - 1) / splits * TILE_K;
   grid.z = (a.k_total + a.k_split - 1) / a.k_split;
-  if (codec->tensor_cores)
-    RETURN_IF_FAILED (launch (conv_kernel<true>, grid, CONV_THREADS, 0, codec->stream, a));
-  else
-    RETURN_IF_FAILED (launch (conv_kernel<false>, grid, CONV_THREADS, 0, codec->stream, a));
-  if (grid.z > 1)
+  cudaStream_t stream = codec->stream;
+  if (codec->f16 && tile_m == 128)
     RETURN_IF_FAILED (
-        launch (conv_reduce_kernel, blocks_for (plane), 256, 0, codec->stream, a, grid.z));
+        launch (conv_f16_kernel<128, 64, 32>, grid, H_THREADS, h_smem_bytes<128> (), stream, a));
+  else if (codec->f16 && tile_m == 64)
+    RETURN_IF_FAILED (
+        launch (conv_f16_kernel<64, 32, 32>, grid, H_THREADS, h_smem_bytes<64> (), stream, a));
+  else if (codec->f16)
+    RETURN_IF_FAILED (
+        launch (conv_f16_kernel<32, 32, 16>, grid, H_THREADS, h_smem_bytes<32> (), stream, a));
+  else if (codec->tensor_cores)
+    RETURN_IF_FAILED (launch (conv_kernel<true>, grid, CONV_THREADS, 0, stream, a));
+  else
+    RETURN_IF_FAILED (launch (conv_kernel<false>, grid, CONV_THREADS, 0, stream, a));
+  if (grid.z > 1)
+    RETURN_IF_FAILED (launch (conv_reduce_kernel, blocks_for (plane), 256, 0, stream, a, grid.z));
   return cudaSuccess;
 }
 
@@ -763,12 +1055,19 @@ run_conv (GepardCudaCodec *codec, const Conv &conv, const Act *act, const float 
   float *state = codec->state + conv.state * max_streams;
   int length = conv.hist + conv.n;
   size_t total = (size_t)conv.c_in * length * batch;
-  RETURN_IF_FAILED (launch (gather_input_kernel, blocks_for (total), 256, 0, codec->stream, in,
-                            state, conv.c_in, conv.hist, conv.n, batch, max_streams, codec->d_slots,
-                            act_args (act), codec->input));
+  __half *input16 = reinterpret_cast<__half *> (codec->input);
+  if (codec->f16)
+    RETURN_IF_FAILED (launch (gather_input_kernel<__half>, blocks_for (total), 256, 0,
+                              codec->stream, in, state, conv.c_in, conv.hist, conv.n, batch,
+                              max_streams, codec->d_slots, act_args (act), input16));
+  else
+    RETURN_IF_FAILED (launch (gather_input_kernel<float>, blocks_for (total), 256, 0, codec->stream,
+                              in, state, conv.c_in, conv.hist, conv.n, batch, max_streams,
+                              codec->d_slots, act_args (act), codec->input));
 
   ConvArgs a = {};
   a.w = conv.w;
+  a.w16 = conv.w16;
   a.bias = conv.bias;
   a.k_offset = conv.k_offset;
   a.c_in = conv.c_in;
@@ -777,6 +1076,7 @@ run_conv (GepardCudaCodec *codec, const Conv &conv, const Act *act, const float 
   a.n_cols = conv.n * batch;
   a.batch = batch;
   a.xv = codec->input;
+  a.xv16 = input16;
   a.residual = residual;
   for (int i = 0; i < n_mean; i++)
     a.mean[i] = mean[i];
@@ -815,9 +1115,14 @@ run_conv (GepardCudaCodec *codec, const Conv &conv, const Act *act, const float 
   if (conv.hist > 0)
     {
       size_t kept = (size_t)conv.c_in * conv.hist * batch;
-      RETURN_IF_FAILED (launch (keep_history_kernel, blocks_for (kept), 256, 0, codec->stream,
-                                codec->input, conv.c_in, conv.hist, conv.n, batch, state,
-                                max_streams, codec->d_slots));
+      if (codec->f16)
+        RETURN_IF_FAILED (launch (keep_history_kernel<__half>, blocks_for (kept), 256, 0,
+                                  codec->stream, input16, conv.c_in, conv.hist, conv.n, batch,
+                                  state, max_streams, codec->d_slots));
+      else
+        RETURN_IF_FAILED (launch (keep_history_kernel<float>, blocks_for (kept), 256, 0,
+                                  codec->stream, codec->input, conv.c_in, conv.hist, conv.n, batch,
+                                  state, max_streams, codec->d_slots));
     }
   return cudaGetLastError ();
 }
@@ -978,6 +1283,9 @@ codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c,
   CUDA_TRY (cudaSetDevice (device), "Selecting the GPU");
   CUDA_TRY (cudaStreamCreateWithFlags (&codec->stream, cudaStreamNonBlocking), "Creating a stream");
   const char *gemm = getenv ("GEPARD_CUDA_CODEC_GEMM");
+  codec->f16 = codec->tensor_cores && gemm != NULL && strcmp (gemm, "fp16") == 0;
+  if (codec->f16)
+    CUDA_TRY (allow_f16_shared_memory (), "Preparing the codec's fp16 kernels");
   if (codec->tensor_cores && gemm != NULL && strcmp (gemm, "cublas") == 0)
     {
       /* where cuBLAS cannot be opened, the own kernel serves */
@@ -1079,7 +1387,7 @@ gepard_cuda_codec_info (GepardCudaCodec *codec, GepardCudaCodecInfo *info)
          + codec->partial_floats)
         * sizeof (float);
   info->max_streams = codec->config.max_streams;
-  info->tensor_cores = !codec->tensor_cores ? 0 : codec->blas != NULL ? 2 : 1;
+  info->tensor_cores = !codec->tensor_cores ? 0 : codec->blas != NULL ? 2 : codec->f16 ? 3 : 1;
   info->graphs = codec->use_graphs ? 1 : 0;
 }
 

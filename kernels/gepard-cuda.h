@@ -158,8 +158,8 @@ extern "C"
     size_t state_bytes; /* causal state of one stream */
     size_t work_bytes;  /* state of every stream and the batch buffers */
     int max_streams;
-    int tensor_cores; /* 1 own TF32 kernel, 2 cuBLAS (TF32), 0 when GEPARD_CUDA_CODEC_PEDANTIC=1
-                         sums in plain fp32 */
+    int tensor_cores; /* 1 own TF32 kernel, 2 cuBLAS (TF32), 3 own fp16 kernel, 0 when
+                         GEPARD_CUDA_CODEC_PEDANTIC=1 sums in plain fp32 */
     int graphs;       /* 1 while passes run as captured CUDA graphs; 0 with GEPARD_CUDA_GRAPHS=0 or
                          once a capture has failed */
   } GepardCudaCodecInfo;

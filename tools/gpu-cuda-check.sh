@@ -5,9 +5,11 @@
 # B = 1, 8, 64, 256 with and without CUDA graphs. `gpu-cuda-check.sh diag` instead runs the
 # parity with the GEMMs summed without tensor cores, and profiles a batch-1 decode with ncu.
 # `gpu-cuda-check.sh codec` checks the GPU's audio decoder against the CPU codec (tiny and
-# published codec shapes, TF32 and plain fp32 sums, its GEMMs in its own kernel and through
-# cuBLAS), times its batched pass, and runs the engine benchmark end to end (LM and codec) on the
-# gepard-1.0 shapes.
+# published codec shapes, plain fp32 sums and each GEMM of GEPARD_CODEC_GEMMS: the own TF32 kernel,
+# the own fp16 kernel, cuBLAS), runs compute-sanitizer over the fp16 kernel, times the batched
+# pass, profiles one pass over 256 streams (GEMM: GEPARD_CUDA_CODEC_GEMM; GEPARD_CODEC_PROFILE=0
+# skips it) and runs the engine benchmark end to end (LM and codec) on the gepard-1.0 shapes
+# (GEPARD_CODEC_ENGINE=0 skips it).
 #
 # The host needs no build tools: binaries built elsewhere are copied to $GEPARD_PREFIX/build
 # (default device-prefix/build: kernels/libgepard-cuda.so, gepard-core/libgepard.so,
@@ -84,28 +86,43 @@ for dtype, name in ((torch.bfloat16, "bf16"), (torch.float32, "TF32")):
     t = timed(lambda: x @ y, 10)
     print(f"{name} matrix product 8192^3: {2 * 8192 ** 3 / t / 1e12:.0f} TFLOP/s")
 EOF
+  gemms=${GEPARD_CODEC_GEMMS:-own fp16 cublas}
   step "tiny model with its codec"
   rm -rf "$models/tiny-codec"
   timeout 60 "$bin/tools/gepard-make-test-model" -p tiny "$models/tiny-codec" >/dev/null
-  step "codec parity, tiny"
-  timeout 120 "$bin/tools/gepard-cuda-check" codec "$models/tiny-codec" --frames 40 --batches 1,64
-  echo "exit $?"
+  for gemm in $gemms; do
+    step "codec parity, tiny, GEMMs: $gemm"
+    GEPARD_CUDA_CODEC_GEMM=$gemm timeout 120 "$bin/tools/gepard-cuda-check" codec \
+      "$models/tiny-codec" --frames 40 --batches 1,64
+    echo "exit $?"
+  done
   GEPARD_CUDA_CODEC_PEDANTIC=1 timeout 120 "$bin/tools/gepard-cuda-check" codec \
     "$models/tiny-codec" --frames 40 --batches 1
   echo "exit $?"
+  if command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck; do
+      step "compute-sanitizer $tool, tiny codec, fp16 GEMMs"
+      GEPARD_CUDA_CODEC_GEMM=fp16 GEPARD_CUDA_GRAPHS=0 timeout 200 compute-sanitizer --tool "$tool" \
+        --print-limit 20 "$bin/tools/gepard-cuda-check" codec "$models/tiny-codec" --frames 3 \
+        --batches 3,20
+      echo "exit $?"
+    done
+  fi
   step "gepard-1.0 shapes with the published codec's shapes"
   timeout 200 "$bin/tools/gepard-make-test-model" -p gepard-1.0 "$models/g1-codec" >/dev/null
-  step "codec parity and pass time, published codec shapes"
-  timeout 300 "$bin/tools/gepard-cuda-check" codec "$models/g1-codec" --frames 12 \
-    --batches "${GEPARD_CODEC_BATCHES:-1,8,32,128,256,512,1024}"
-  echo "exit $?"
+  for gemm in $gemms; do
+    step "codec parity and pass time, published codec shapes, GEMMs: $gemm"
+    GEPARD_CUDA_CODEC_GEMM=$gemm timeout 300 "$bin/tools/gepard-cuda-check" codec \
+      "$models/g1-codec" --frames 12 --batches "${GEPARD_CODEC_BATCHES:-1,8,32,128,256,512,1024}"
+    echo "exit $?"
+  done
   GEPARD_CUDA_CODEC_PEDANTIC=1 timeout 200 "$bin/tools/gepard-cuda-check" codec \
     "$models/g1-codec" --frames 12 --batches 1
   echo "exit $?"
-  step "codec parity and pass time, published codec shapes, GEMMs through cuBLAS"
-  GEPARD_CUDA_CODEC_GEMM=cublas timeout 300 "$bin/tools/gepard-cuda-check" codec "$models/g1-codec" \
-    --frames 12 --batches "${GEPARD_CODEC_BATCHES:-1,8,32,128,256,512,1024}"
-  echo "exit $?"
+  if [ "${GEPARD_CODEC_PROFILE:-1}" = 0 ]; then
+    step done
+    exit 0
+  fi
   step "kernel times of one codec pass over 256 streams"
   GEPARD_CUDA_CODEC_PROFILE=256 timeout 200 ncu --clock-control none --profile-from-start off \
     --metrics gpu__time_duration.sum --csv --print-units base --log-file "$out/ncu-codec.csv" \
@@ -125,6 +142,10 @@ print(f"{len(rows)} kernels, {total:.3f} ms in all")
 for name, (n, ms) in sorted(by.items(), key=lambda kv: -kv[1][1]):
     print(f"{name:28s} {n:5d} launches {ms:8.3f} ms {100 * ms / total:5.1f} %")
 EOF
+  if [ "${GEPARD_CODEC_ENGINE:-1}" = 0 ]; then
+    step done
+    exit 0
+  fi
   step "engine end to end (LM + codec on the GPU), gepard-1.0 shapes, 200 frames"
   # the GPU's memory in use, sampled while the benchmark runs
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 >"$out/memory.log" &
