@@ -2,6 +2,7 @@
  */
 #include "gepard-hub.h"
 
+#include "gepard-build-config.h"
 #include "gepard-error.h"
 
 #include <string.h>
@@ -210,5 +211,22 @@ gepard_hub_resolve (const char *model, GError **error)
   g_set_error (error, GEPARD_HUB_ERROR, GEPARD_HUB_ERROR_NOT_FOUND,
                "Model “%s” has no usable snapshot in the local Hugging Face cache%s", model,
                tried->str);
+  return NULL;
+}
+
+char *
+gepard_hub_default_model (void)
+{
+  const char *named = g_getenv ("GEPARD_MODEL");
+  if (named != NULL && *named != '\0')
+    return g_strdup (named);
+  const char *places[] = {GEPARD_DATA_DIR, GEPARD_SOURCE_DIR "/models"};
+  for (guint i = 0; i < G_N_ELEMENTS (places); i++)
+    {
+      g_autofree char *dir = g_build_filename (places[i], "voice", NULL);
+      g_autofree char *config = g_build_filename (dir, "config.json", NULL);
+      if (g_file_test (config, G_FILE_TEST_IS_REGULAR))
+        return g_steal_pointer (&dir);
+    }
   return NULL;
 }

@@ -35,4 +35,9 @@ gboolean gepard_hub_is_offline (void);
  * the cached snapshot of the repo id. GEPARD_HUB_ERROR_NOT_FOUND names what was looked for. */
 char *gepard_hub_resolve (const char *model, GError **error);
 
+/* The model used where none is named: GEPARD_MODEL where it is set, else the default
+ * voice shipped with Gepard (installed as <datadir>/gepard/voice; models/voice of the source tree
+ * when running from the build directory) where its files are there; NULL where there is none. */
+char *gepard_hub_default_model (void);
+
 G_END_DECLS

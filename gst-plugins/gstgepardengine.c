@@ -2,6 +2,8 @@
  * neighbours, then its bin and the application, and announces what it created itself). */
 #include "gstgepardengine.h"
 
+#include "gepard-hub.h"
+
 GST_DEBUG_CATEGORY_EXTERN (gst_gepard_engine_debug);
 #define GST_CAT_DEFAULT gst_gepard_engine_debug
 
@@ -106,6 +108,19 @@ query_peers (GstElement *element, GstPadDirection direction)
   return found;
 }
 
+/* the process-wide engine for (model, device), set on the element and announced to its bin */
+static GepardEngine *
+share_new_engine (GstElement *element, const char *model, const char *device, GError **error)
+{
+  GepardEngine *engine = gepard_engine_get_shared (model, device, error);
+  if (engine == NULL)
+    return NULL;
+  GstContext *context = gst_gepard_engine_context_new (engine);
+  gst_element_set_context (element, context);
+  gst_element_post_message (element, gst_message_new_have_context (GST_OBJECT (element), context));
+  return engine;
+}
+
 GepardEngine *
 gst_gepard_engine_acquire (GstElement *element, const char *model, const char *device,
                            GepardEngine **slot, GError **error)
@@ -128,14 +143,16 @@ gst_gepard_engine_acquire (GstElement *element, const char *model, const char *d
   if ((engine = engine_from_slot (element, model, device, slot)) != NULL)
     return engine;
 
-  if (model == NULL)
-    return NULL;
-  engine = gepard_engine_get_shared (model, device, error);
-  if (engine == NULL)
-    return NULL;
+  return model != NULL ? share_new_engine (element, model, device, error) : NULL;
+}
 
-  GstContext *context = gst_gepard_engine_context_new (engine);
-  gst_element_set_context (element, context);
-  gst_element_post_message (element, gst_message_new_have_context (GST_OBJECT (element), context));
-  return engine;
+GepardEngine *
+gst_gepard_engine_acquire_or_default (GstElement *element, const char *model, const char *device,
+                                      GepardEngine **slot, GError **error)
+{
+  GepardEngine *engine = gst_gepard_engine_acquire (element, model, device, slot, error);
+  if (engine != NULL || (model != NULL && *model != '\0'))
+    return engine;
+  g_autofree char *fallback = gepard_hub_default_model ();
+  return fallback != NULL ? share_new_engine (element, fallback, device, error) : NULL;
 }

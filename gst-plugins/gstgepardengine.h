@@ -22,4 +22,12 @@ gboolean gst_gepard_engine_answer_query (GstQuery *query, GepardEngine *engine);
 GepardEngine *gst_gepard_engine_acquire (GstElement *element, const char *model, const char *device,
                                          GepardEngine **slot, GError **error);
 
+/* gst_gepard_engine_acquire; where it finds nothing and no model is named, the engine of the
+ * default model (gepard_hub_default_model: GEPARD_MODEL, else the shipped default voice)
+ * where there is one. For elements that need a model of their own, not for one that can wait for
+ * its upstream's. */
+GepardEngine *gst_gepard_engine_acquire_or_default (GstElement *element, const char *model,
+                                                    const char *device, GepardEngine **slot,
+                                                    GError **error);
+
 G_END_DECLS

@@ -582,13 +582,14 @@ gst_gepard_lm_start (GstGepardLm *self)
   GST_OBJECT_UNLOCK (self);
 
   g_autoptr (GError) error = NULL;
-  g_autoptr (GepardEngine) engine = gst_gepard_engine_acquire (GST_ELEMENT (self), model, device,
-                                                               &self->context_engine, &error);
+  g_autoptr (GepardEngine) engine = gst_gepard_engine_acquire_or_default (
+      GST_ELEMENT (self), model, device, &self->context_engine, &error);
   if (engine == NULL && error == NULL)
     {
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                         ("No model set: set the model property to a GEPARD model directory or a "
-                          "Hugging Face repo id, or give the pipeline an engine through a "
+                         ("No model set and no default model installed: set the model property to "
+                          "a GEPARD model directory or a Hugging Face repo id (or "
+                          "GEPARD_MODEL), or give the pipeline an engine through a "
                           "\"gepard.engine\" GstContext."),
                          (NULL));
       return FALSE;
@@ -596,8 +597,8 @@ gst_gepard_lm_start (GstGepardLm *self)
   if (engine == NULL)
     {
       GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
-                         ("Could not load the GEPARD model “%s” on device “%s”: %s", model, device,
-                          error->message),
+                         ("Could not load the GEPARD model “%s” on device “%s”: %s",
+                          model != NULL ? model : "(the default model)", device, error->message),
                          ("gst_gepard_engine_acquire failed"));
       return FALSE;
     }
@@ -808,8 +809,9 @@ gst_gepard_lm_class_init (GstGepardLmClass *klass)
       gobject_class, PROP_MODEL,
       g_param_spec_string ("model", "Model",
                            "GEPARD model: a checkpoint directory or a Hugging Face repo id "
-                           "(owner/name[@revision]) in the local cache. May be left unset when the "
-                           "application shares an engine through a \"gepard.engine\" GstContext.",
+                           "(owner/name[@revision]) in the local cache. Unset: the engine an "
+                           "application shares through a \"gepard.engine\" GstContext, else the "
+                           "default model (GEPARD_MODEL, else the installed default voice).",
                            NULL,
                            G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY));
   g_object_class_install_property (

@@ -107,22 +107,25 @@ gst_gepard_voice_enc_start (GstGepardVoiceEnc *self)
     }
 
   g_autoptr (GError) error = NULL;
-  GepardEngine *engine = gst_gepard_engine_acquire (GST_ELEMENT (self), model, device,
-                                                    &self->context_engine, &error);
+  GepardEngine *engine = gst_gepard_engine_acquire_or_default (GST_ELEMENT (self), model, device,
+                                                               &self->context_engine, &error);
   if (engine == NULL && error == NULL)
     {
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                         ("No model set: set the model property to a GEPARD checkpoint directory "
-                          "or the repo id of a cached model, or give the pipeline an engine "
-                          "through a \"gepard.engine\" GstContext."),
+                         ("No model set and no default model installed: set the model property to "
+                          "a GEPARD checkpoint directory or the repo id of a cached model (or "
+                          "GEPARD_MODEL), or give the pipeline an engine through a "
+                          "\"gepard.engine\" GstContext."),
                          (NULL));
       return FALSE;
     }
   if (engine == NULL)
     {
-      GST_ELEMENT_ERROR (
-          self, RESOURCE, OPEN_READ,
-          ("Cannot load the model “%s” on device “%s”: %s", model, device, error->message), (NULL));
+      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+                         ("Cannot load the model “%s” on device “%s”: %s",
+                          model != NULL && *model != '\0' ? model : "(the default model)", device,
+                          error->message),
+                         (NULL));
       return FALSE;
     }
   if (model == NULL || *model == '\0')
@@ -432,7 +435,8 @@ gst_gepard_voice_enc_class_init (GstGepardVoiceEncClass *klass)
       gobject_class, PROP_MODEL,
       g_param_spec_string ("model", "Model",
                            "The GEPARD model: a checkpoint directory with its codec (codec.nemo) "
-                           "beside it, or the repo id of a model in the local Hugging Face cache",
+                           "beside it, or the repo id of a model in the local Hugging Face cache. "
+                           "Unset: as for gepardlm's model property.",
                            DEFAULT_MODEL,
                            G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY));
   g_object_class_install_property (

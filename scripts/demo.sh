@@ -2,7 +2,8 @@
 # From a fresh machine: installs what is missing, builds, and synthesizes a sentence to hello.wav
 # with a GStreamer pipeline of Gepard's elements.
 #
-#   ./scripts/demo.sh                 # generates an untrained test model (it does not speak)
+#   ./scripts/demo.sh                 # the default voice in models/voice where there is one, else
+#                                     # an untrained test model it generates (it does not speak)
 #   ./scripts/demo.sh MODEL [TEXT]    # a model directory or a Hugging Face repo id in the local cache
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -12,7 +13,9 @@ build
 
 model=${1:-}
 text=${2:-"Hello there! Gepard turns text into speech, one frame at a time."}
-if [ -z "$model" ]; then
+if [ -z "$model" ] && [ -f "$GEPARD_ROOT/models/voice/config.json" ]; then
+  model="$GEPARD_ROOT/models/voice"
+elif [ -z "$model" ]; then
   model="$GEPARD_ROOT/demo-model"
   rm -rf "$model"
   "$GEPARD_BUILD/tools/gepard-make-test-model" --preset tiny --seed 1 "$model"

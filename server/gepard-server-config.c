@@ -2,6 +2,7 @@
 #include "gepard-server-config.h"
 
 #include "gepard-build-config.h"
+#include "gepard-hub.h"
 
 #include <math.h>
 #include <string.h>
@@ -339,7 +340,9 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
 
   GOptionEntry entries[] = {
       {"model", 'm', 0, G_OPTION_ARG_STRING, &model,
-       "GEPARD model: a checkpoint directory or a cached repo id (TTS_MODEL)", "DIR|REPO_ID"},
+       "GEPARD model: a checkpoint directory or a cached repo id (TTS_MODEL; default: "
+       "GEPARD_MODEL, else the installed default voice)",
+       "DIR|REPO_ID"},
       {"codec", 0, 0, G_OPTION_ARG_FILENAME, &codec,
        "NanoCodec checkpoint to decode with instead of the model's codec (TTS_CODEC)", "PATH"},
       {"device", 'd', 0, G_OPTION_ARG_STRING, &device, "auto, cpu, cuda or cuda:N (TTS_DEVICE)",
@@ -413,10 +416,13 @@ gepard_server_config_load (GepardServerConfig *config, int *argc, char ***argv, 
   if (config->pipeline_dir == NULL)
     config->pipeline_dir = default_pipeline_dir ();
 
+  if (config->model == NULL)
+    config->model = gepard_hub_default_model ();
   if (config->model == NULL && !config->list_routes)
     {
       g_set_error_literal (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                           "no model: give --model DIR|REPO_ID or TTS_MODEL");
+                           "no model: give --model DIR|REPO_ID or TTS_MODEL (no default model is "
+                           "installed)");
       return FALSE;
     }
   if (!load_placement (config, gpu_ids_flag != NULL ? "--gpu-device-ids" : gpu_ids_name,

@@ -1,4 +1,5 @@
 /* Resolving models given as paths or as repo ids in a local Hugging Face cache. */
+#include "gepard-build-config.h"
 #include "gepard-error.h"
 #include "gepard-hub.h"
 
@@ -133,6 +134,29 @@ test_resolve_missing (void)
   g_assert_error (error, GEPARD_HUB_ERROR, GEPARD_HUB_ERROR_INVALID_NAME);
 }
 
+/* GEPARD_MODEL, else the installed default voice, else the source tree's, else none */
+static void
+test_default_model (void)
+{
+  g_setenv ("GEPARD_MODEL", "/x/some-model", TRUE);
+  g_autofree char *named = gepard_hub_default_model ();
+  g_assert_cmpstr (named, ==, "/x/some-model");
+
+  g_setenv ("GEPARD_MODEL", "", TRUE);
+  g_autofree char *shipped = gepard_hub_default_model ();
+  g_unsetenv ("GEPARD_MODEL");
+  g_autofree char *installed = g_build_filename (GEPARD_DATA_DIR, "voice", NULL);
+  g_autofree char *source = g_build_filename (GEPARD_SOURCE_DIR, "models", "voice", NULL);
+  g_autofree char *installed_config = g_build_filename (installed, "config.json", NULL);
+  g_autofree char *source_config = g_build_filename (source, "config.json", NULL);
+  if (g_file_test (installed_config, G_FILE_TEST_IS_REGULAR))
+    g_assert_cmpstr (shipped, ==, installed);
+  else if (g_file_test (source_config, G_FILE_TEST_IS_REGULAR))
+    g_assert_cmpstr (shipped, ==, source);
+  else
+    g_assert_null (shipped);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -146,6 +170,7 @@ main (int argc, char **argv)
   g_test_add_func ("/hub/resolve-directory", test_resolve_directory);
   g_test_add_func ("/hub/resolve-repo", test_resolve_repo);
   g_test_add_func ("/hub/resolve-missing", test_resolve_missing);
+  g_test_add_func ("/hub/default-model", test_default_model);
   int status = g_test_run ();
 
   g_autofree char *command = g_strdup_printf ("rm -rf '%s'", cache_root);

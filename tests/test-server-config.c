@@ -164,11 +164,10 @@ clear_variables (void)
     g_unsetenv (placement_variables[i]);
 }
 
-/* gepard_server_config_load on "gepard-server --model m ARGS…" */
+/* gepard_server_config_load on a command line */
 static gboolean
-load (GepardServerConfig *config, const char *args, GError **error)
+load_line (GepardServerConfig *config, const char *line, GError **error)
 {
-  g_autofree char *line = g_strdup_printf ("gepard-server --model m %s", args);
   char **argv = NULL;
   int argc = 0;
   g_assert_true (g_shell_parse_argv (line, &argc, &argv, NULL));
@@ -177,6 +176,14 @@ load (GepardServerConfig *config, const char *args, GError **error)
   g_free (argv);
   g_strfreev (original);
   return ok;
+}
+
+/* gepard_server_config_load on "gepard-server --model m ARGS…" */
+static gboolean
+load (GepardServerConfig *config, const char *args, GError **error)
+{
+  g_autofree char *line = g_strdup_printf ("gepard-server --model m %s", args);
+  return load_line (config, line, error);
 }
 
 static void
@@ -251,6 +258,26 @@ test_config_load (void)
   clear_variables ();
 }
 
+/* with no --model and no TTS_MODEL, the default model (GEPARD_MODEL here); a flag wins */
+static void
+test_default_model (void)
+{
+  GepardServerConfig config;
+  g_autoptr (GError) error = NULL;
+  clear_variables ();
+  g_unsetenv ("TTS_MODEL");
+  g_setenv ("GEPARD_MODEL", "/x/default-voice", TRUE);
+  g_assert_true (load_line (&config, "gepard-server", &error));
+  g_assert_no_error (error);
+  g_assert_cmpstr (config.model, ==, "/x/default-voice");
+  gepard_server_config_clear (&config);
+
+  g_assert_true (load (&config, "", &error));
+  g_assert_cmpstr (config.model, ==, "m");
+  gepard_server_config_clear (&config);
+  g_unsetenv ("GEPARD_MODEL");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -260,5 +287,6 @@ main (int argc, char **argv)
   g_test_add_func ("/server-config/placement-device", test_placement_device);
   g_test_add_func ("/server-config/mps", test_mps);
   g_test_add_func ("/server-config/load", test_config_load);
+  g_test_add_func ("/server-config/default-model", test_default_model);
   return g_test_run ();
 }

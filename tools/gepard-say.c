@@ -8,6 +8,7 @@
  * capsfilter ! encoder ! filesink (or the sound card). User values are set on named elements,
  * never spliced into the description. On a terminal a progress line shows sentences done, audio
  * produced and the time left. */
+#include "gepard-hub.h"
 #include "gepard-sentences.h"
 
 #include <gio/gio.h>
@@ -147,7 +148,9 @@ main (int argc, char **argv)
   setlocale (LC_ALL, "");
   GOptionEntry entries[] = {
       {"model", 'm', 0, G_OPTION_ARG_STRING, &model,
-       "Model directory or Hugging Face repo id (default: $GEPARD_MODEL)", "MODEL"},
+       "Model directory or Hugging Face repo id (default: $GEPARD_MODEL, else the installed "
+       "default voice)",
+       "MODEL"},
       {"voice", 'v', 0, G_OPTION_ARG_STRING, &voice,
        "default, a voice id, a prefix file or a reference clip", "VOICE"},
       {"device", 'd', 0, G_OPTION_ARG_STRING, &device, "auto (default), cpu, cuda, cuda:N",
@@ -174,10 +177,11 @@ main (int argc, char **argv)
       return 2;
     }
   if (model == NULL)
-    model = g_strdup (g_getenv ("GEPARD_MODEL"));
+    model = gepard_hub_default_model ();
   if (model == NULL)
     {
-      g_printerr ("gepard-say: give --model DIR (or set GEPARD_MODEL)\n");
+      g_printerr ("gepard-say: give --model DIR (or set GEPARD_MODEL); no default model is "
+                  "installed\n");
       return 2;
     }
   if (rate != 0 && (rate < 8000 || rate > 192000))

@@ -433,6 +433,40 @@ GST_START_TEST (test_bad_model)
 }
 GST_END_TEST;
 
+GST_START_TEST (test_default_model)
+{
+  /* no model named: GEPARD_MODEL's, the same frames as naming it */
+  g_setenv ("GEPARD_MODEL", model_dir, TRUE);
+  g_autoptr (GArray) named = g_array_new (FALSE, FALSE, sizeof (gint32));
+  g_autoptr (GArray) unnamed = g_array_new (FALSE, FALSE, sizeof (gint32));
+  GArray *runs[2] = {named, unnamed};
+  for (int run = 0; run < 2; run++)
+    {
+      GstHarness *h = run == 0
+                          ? lm_harness ("seed", (guint64)5, "max-frames", 12, NULL)
+                          : lm_harness ("model", NULL, "seed", (guint64)5, "max-frames", 12, NULL);
+      guint64 next = 0;
+      fail_unless_equals_int (gst_harness_push (h, text_buffer (turn[0])), GST_FLOW_OK);
+      fail_unless (take_frames (h, runs[run], &next) > 0);
+      gst_harness_teardown (h);
+    }
+  fail_unless_equals_int (named->len, unnamed->len);
+  fail_unless (memcmp (named->data, unnamed->data, named->len * 4) == 0);
+
+  /* a default model that cannot be loaded: the error says so and names it */
+  g_autofree char *missing = g_build_filename (work_dir, "no-default-model", NULL);
+  g_setenv ("GEPARD_MODEL", missing, TRUE);
+  GstElement *lm = gst_element_factory_make ("gepardlm", NULL);
+  g_object_set (lm, "device", "cpu", NULL);
+  g_autofree char *message = start_error (lm);
+  g_unsetenv ("GEPARD_MODEL");
+  fail_unless (message != NULL && strstr (message, "default model") != NULL
+                   && strstr (message, missing) != NULL,
+               "error: %s", message);
+  gst_object_unref (lm);
+}
+GST_END_TEST;
+
 GST_START_TEST (test_bad_device)
 {
   /* the engine serves no GPU yet (and this host may have none): either way an element error */
@@ -515,6 +549,7 @@ gepardlm_suite (void)
   tcase_add_test (tc, test_stop_mid_sentence);
   tcase_add_test (tc, test_engine_never_waits_for_downstream);
   tcase_add_test (tc, test_bad_model);
+  tcase_add_test (tc, test_default_model);
   tcase_add_test (tc, test_bad_device);
   tcase_add_test (tc, test_voice);
   return s;
