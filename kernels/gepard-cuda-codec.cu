@@ -430,17 +430,10 @@ __launch_bounds__ (H_THREADS) conv_f16_kernel (const __grid_constant__ ConvArgs 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wm = warp / WARPS_N, wn = warp % WARPS_N;
 
-  float acc[MI][NI][4];
-#pragma unroll
-  for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-    for (int ni = 0; ni < NI; ni++)
-#pragma unroll
-      for (int e = 0; e < 4; e++)
-        acc[mi][ni][e] = 0.0f;
+  float acc[MI][NI][4] = {};
 
-        /* chunk c lives in stage c % H_STAGES; every iteration commits one group (empty past the
-         * end), so waiting for all but the last H_STAGES − 2 groups means chunk c has arrived */
+  /* chunk c lives in stage c % H_STAGES; every iteration commits one group (empty past the end),
+   * so waiting for all but the last H_STAGES − 2 groups means chunk c has arrived */
 #pragma unroll
   for (int s = 0; s < H_STAGES - 1; s++)
     {
@@ -471,10 +464,12 @@ __launch_bounds__ (H_THREADS) conv_f16_kernel (const __grid_constant__ ConvArgs 
           /* A: lanes 0–15 rows 0–15 at reduction ks, lanes 16–31 the same rows at ks + 8 */
 #pragma unroll
           for (int mi = 0; mi < MI; mi++)
-            load_matrix_x4 (af[mi],
-                            as + (wm * WM + mi * 16 + lane % 16) * H_A_LD + ks + lane / 16 * 8);
-            /* B: lanes 0–15 reduction rows ks … ks + 15 at columns 0–7 of the pair, lanes 16–31
-             * at columns 8–15 */
+            {
+              load_matrix_x4 (af[mi],
+                              as + (wm * WM + mi * 16 + lane % 16) * H_A_LD + ks + lane / 16 * 8);
+            }
+            /* B: lanes 0–15 reduction rows ks … ks + 15 at columns 0–7 of the pair, lanes 16–31 at
+             * columns 8–15 */
 #pragma unroll
           for (int np = 0; np < NI / 2; np++)
             {
