@@ -33,6 +33,7 @@
 #include <cuda_fp16.h>
 #include <cuda_profiler_api.h>
 #include <mma.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -518,18 +519,30 @@ __launch_bounds__ (H_THREADS) conv_f16_kernel (const __grid_constant__ ConvArgs 
         }
 }
 
+/* idx = (hi · n_mid + mid) · n_lo + lo. The elementwise kernels index in 32 bits (64-bit
+ * division is slow on the GPU); codec_init keeps every buffer below 2^31 elements. */
+__device__ __forceinline__ void
+split_index (unsigned idx, unsigned n_lo, unsigned n_mid, unsigned &lo, unsigned &mid, unsigned &hi)
+{
+  unsigned rest = idx / n_lo;
+  lo = idx - rest * n_lo;
+  hi = rest / n_mid;
+  mid = rest - hi * n_mid;
+}
+
 /* the partial sums of the splits, in split order, then what conv_store adds */
 __global__ void
 conv_reduce_kernel (const __grid_constant__ ConvArgs a, int splits)
 {
-  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  size_t plane = (size_t)a.c_out * a.n_cols;
+  unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned plane = (unsigned)a.c_out * a.n_cols;
   if (idx >= plane)
     return;
   float sum = a.partial[idx];
   for (int z = 1; z < splits; z++)
     sum += a.partial[(size_t)z * plane + idx];
-  conv_store (a, (int)(idx / a.n_cols), (int)(idx % a.n_cols), sum);
+  unsigned o = idx / a.n_cols;
+  conv_store (a, (int)o, (int)(idx - o * a.n_cols), sum);
 }
 
 /* A convolution's virtual input [c][(hist + n) · batch]: each stream's history (kept activated)
@@ -564,15 +577,14 @@ __global__ void
 gather_input_kernel (const float *in, const float *state, int channels, int hist, int n, int batch,
                      int max_streams, const int *slots, ActArgs act, T *xv)
 {
-  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
   int length = hist + n;
-  if (idx >= (size_t)channels * length * batch)
+  if (idx >= (unsigned)channels * length * batch)
     return;
-  int s = (int)(idx % batch);
-  int tv = (int)(idx / batch % length);
-  int c = (int)(idx / ((size_t)batch * length));
+  unsigned s, tv, c;
+  split_index (idx, batch, length, s, tv, c);
   float x;
-  if (tv < hist)
+  if ((int)tv < hist)
     x = state[((size_t)c * hist + tv) * max_streams + slots[s]];
   else
     {
@@ -590,12 +602,11 @@ __global__ void
 keep_history_kernel (const T *xv, int channels, int hist, int n, int batch, float *state,
                      int max_streams, const int *slots)
 {
-  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= (size_t)channels * hist * batch)
+  unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (unsigned)channels * hist * batch)
     return;
-  int s = (int)(idx % batch);
-  int h = (int)(idx / batch % hist);
-  int c = (int)(idx / ((size_t)batch * hist));
+  unsigned s, h, c;
+  split_index (idx, batch, hist, s, h, c);
   state[((size_t)c * hist + h) * max_streams + slots[s]]
       = get (xv + ((size_t)c * (hist + n) + n + h) * batch + s);
 }
@@ -609,14 +620,13 @@ up_sample_kernel (const float *in, int n_in, int batch, const float *w, const fl
                   int channels, int rate, ActArgs act, const float *carry, int max_streams,
                   const int *slots, float *out)
 {
-  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
   int n_out = n_in * rate;
-  if (idx >= (size_t)channels * n_out * batch)
+  if (idx >= (unsigned)channels * n_out * batch)
     return;
-  int s = (int)(idx % batch);
-  int u = (int)(idx / batch % n_out);
-  int ch = (int)(idx / ((size_t)batch * n_out));
-  int i = u / rate, r = u - i * rate;
+  unsigned s, u, ch;
+  split_index (idx, batch, n_out, s, u, ch);
+  int i = (int)u / rate, r = (int)u - i * rate;
   float older = 0.0f, newer = 0.0f;
   for (int p = 0; p < 2; p++)
     {
@@ -656,10 +666,10 @@ zero_state_kernel (float *state, size_t per_stream, int max_streams, const int *
 __global__ void
 unbatch_kernel (const float *in, int n, int batch, float *out)
 {
-  size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= (size_t)n * batch)
+  unsigned idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (unsigned)n * batch)
     return;
-  int s = (int)(idx / n), t = (int)(idx % n);
+  unsigned s = idx / n, t = idx - s * n;
   out[idx] = in[(size_t)t * batch + s];
 }
 
@@ -1314,6 +1324,12 @@ codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c,
   codec->max_batch = pass_streams (c->max_streams, true);
   int streams = codec->max_batch;
   codec->buffer_floats = per_frame * streams;
+  /* the elementwise kernels index in 32 bits */
+  if (codec->buffer_floats >= (size_t)INT32_MAX
+      || codec->input_floats * (size_t)streams >= (size_t)INT32_MAX)
+    return msg.fail ("The GPU codec cannot decode %d streams at once: its batch buffers would pass "
+                     "2^31 elements; lower GEPARD_GPU_MAX_SEQUENCES",
+                     c->max_streams);
   codec->n_buffers = 3 + c->n_kernels;
   for (int i = 0; i < codec->n_buffers; i++)
     CUDA_TRY (codec_alloc (codec, &codec->buffers[i], codec->buffer_floats),
