@@ -9,7 +9,8 @@ whose words are known to be clear: espeak-ng itself reading the held-out sentenc
 * noise of the same lengths is not: the measure can fail;
 * recordings made through Gepard's elements in a real pipeline (intelligibility.synthesize), with
   the default voice and with a voice cloned from the held-out speaker, of an untrained test model
-  (random weights: it does not speak) are not identified either.
+  (random weights: it does not speak) are not identified either, nor are its teacher-forced
+  predictions or espeak-ng's reading passed through its codec alone (the round trip).
 """
 
 import os
@@ -147,4 +148,20 @@ def test_teacher_forced_recordings_of_an_untrained_model(heldout, untrained_mode
     assert agree < 0.5 and agree_other < 0.5
     correct, _ = intelligibility.score(wavs, sentences)
     print(f"\nuntrained model, teacher forced: {100 * agree:.1f} % of codes right, {correct} of 12 identified")
+    assert correct <= 3
+
+
+def test_round_trip_through_an_untrained_codec(heldout, untrained_model, tmp_path):
+    """intelligibility.round_trip: one recording per sentence, as long as espeak-ng's reading in
+    whole frames; through an untrained (random) codec the words are gone."""
+    need("espeak-ng", "gst-launch-1.0", "pocketsphinx_batch")
+    sentences = heldout[:12]
+    wavs = intelligibility.round_trip(untrained_model / "codec.nemo", sentences, tmp_path)
+    assert len(wavs) == len(sentences)
+    for i, wav in enumerate(wavs):
+        read, _ = speech.read_wav(tmp_path / "wavs" / speech.TRAIN_SPEAKERS[0][0] / f"read{i:03d}.wav")
+        samples, rate = speech.read_wav(wav)
+        assert rate == speech.SAMPLE_RATE and samples.size == -(-read.size // 1024) * 1024
+    correct, _ = intelligibility.score(wavs, sentences)
+    print(f"\nuntrained codec, round trip: {correct} of 12 identified")
     assert correct <= 3

@@ -34,6 +34,11 @@ and the codec decodes those predictions (teacher_forced). Passing this alone pro
 that continues the frames before it without reading the text passes too. The share of codes it
 predicts right is also given with each recording's frames paired with the next sentence's text;
 the difference is what the text is worth to it.
+
+    python3 tools/voice/intelligibility.py CORPUS_DIR/heldout.jsonl WAV_DIR --round-trip CODEC
+
+makes them from espeak-ng's reading encoded and decoded by CODEC (a .nemo or a codec training
+checkpoint) alone (round_trip): the most any LM speaking through that codec can reach.
 """
 
 from __future__ import annotations
@@ -150,12 +155,41 @@ def synthesize(model, sentences, out_dir, voice="default", max_frames=400, build
     return wavs
 
 
+def read_and_encode(net, text, index, speaker, out_dir):
+    """espeak-ng's reading of text by speaker (out_dir/wavs/SPEAKER/readNNN.wav), encoded by the
+    codec net: its codes [T, 32]."""
+    import numpy as np
+    import torch
+
+    import codec
+    import speech
+
+    row = speech.synthesize(({"id": f"read{index:03d}", "text": text, "split": "test"}, speaker, out_dir,
+                             shutil.which("espeak-ng"), None))
+    samples, _ = speech.read_wav(Path(out_dir) / row["path"])
+    audio = codec.pad_to_frames(torch.from_numpy(samples.astype(np.float32) / 32768.0))[None]
+    with torch.no_grad():
+        return net.encode(audio)[0].T
+
+
+def write_decoded(net, codes, wav):
+    """codes [T, 32] decoded by the codec net into wav (22.05 kHz, 16-bit)."""
+    import numpy as np
+    import torch
+
+    import speech
+
+    with torch.no_grad():
+        pcm = net.decode(codes.T[None])[0].numpy()
+    speech.write_wav(wav, np.clip(pcm * 32768.0, -32768, 32767).astype(np.int16))
+    return wav
+
+
 def teacher_forced(model, sentences, out_dir, speaker=None):
     """Each sentence read by espeak-ng (speaker: speech.TRAIN_SPEAKERS[0]), encoded by
     model/codec.nemo; the frames the LM predicts (argmax) from the true frames before each, decoded
     into out_dir/NNN.wav (22.05 kHz). → (paths, share of predicted codes equal to the true ones,
     the same share when the LM is given the next sentence's text instead: what the text is worth)."""
-    import numpy as np
     import torch
     from tokenizers import Tokenizer
 
@@ -177,21 +211,29 @@ def teacher_forced(model, sentences, out_dir, speaker=None):
 
     wavs, agree, agree_other, total = [], 0, 0, 0
     for i, text in enumerate(sentences):
-        row = speech.synthesize(({"id": f"read{i:03d}", "text": text, "split": "test"}, speaker, out_dir,
-                                 shutil.which("espeak-ng"), None))
-        samples, _ = speech.read_wav(out_dir / row["path"])
-        audio = codec.pad_to_frames(torch.from_numpy(samples.astype(np.float32) / 32768.0))[None]
+        codes = read_and_encode(net, text, i, speaker, out_dir)
         with torch.no_grad():
-            codes = net.encode(audio)[0].T  # [T, 32]
             own = predicted(text, codes)
             other = predicted(sentences[(i + 1) % len(sentences)], codes)
-            pcm = net.decode(own.T[None])[0].numpy()
         agree, total = agree + int((own == codes).sum()), total + codes.numel()
         agree_other += int((other == codes).sum())
-        wav = out_dir / f"{i:03d}.wav"
-        speech.write_wav(wav, np.clip(pcm * 32768.0, -32768, 32767).astype(np.int16))
-        wavs.append(wav)
+        wavs.append(write_decoded(net, own, out_dir / f"{i:03d}.wav"))
     return wavs, agree / max(total, 1), agree_other / max(total, 1)
+
+
+def round_trip(codec_path, sentences, out_dir, speaker=None):
+    """Each sentence read by espeak-ng (speaker: speech.TRAIN_SPEAKERS[0]), encoded and decoded by
+    the codec at codec_path (.nemo or a training checkpoint) into out_dir/NNN.wav: what the codec
+    alone leaves of the words, the most any LM speaking through it can reach. → paths"""
+    import codec
+    import speech
+
+    speaker = speaker or speech.TRAIN_SPEAKERS[0]
+    out_dir = Path(out_dir)
+    (out_dir / "wavs" / speaker[0]).mkdir(parents=True, exist_ok=True)
+    net = codec.load_codec(str(codec_path))
+    return [write_decoded(net, read_and_encode(net, text, i, speaker, out_dir), out_dir / f"{i:03d}.wav")
+            for i, text in enumerate(sentences)]
 
 
 def score(wavs, sentences):
@@ -218,6 +260,8 @@ def main(argv=None):
     p.add_argument("--voice", default="default", help="with --model: default, or a reference clip to clone")
     p.add_argument("--teacher-forced", metavar="MODEL",
                    help="make the recordings from MODEL's predictions of espeak-ng's frames (see above)")
+    p.add_argument("--round-trip", metavar="CODEC",
+                   help="make the recordings by encoding and decoding espeak-ng's reading with CODEC")
     p.add_argument("--lm-option", action="append", default=[], metavar="NAME=VALUE",
                    help="with --model: a gepardlm property, e.g. temperature=0 (repeatable)")
     args = p.parse_args(argv)
@@ -225,11 +269,13 @@ def main(argv=None):
     if args.model:
         made = synthesize(args.model, [r["text"] for r in rows], args.wav_dir, args.voice,
                           lm_options=args.lm_option)
+    elif args.round_trip:
+        made = round_trip(args.round_trip, [r["text"] for r in rows], args.wav_dir)
     elif args.teacher_forced:
         made, agree, agree_other = teacher_forced(args.teacher_forced, [r["text"] for r in rows], args.wav_dir)
         print(f"teacher forced: {100.0 * agree:.1f} % of the predicted codes are espeak-ng's "
               f"({100.0 * agree_other:.1f} % given the next sentence's text instead)")
-    if args.model or args.teacher_forced:
+    if args.model or args.teacher_forced or args.round_trip:
         for r, wav in zip(rows, made):
             wav.rename(Path(args.wav_dir) / f"{r['id']}.wav")
     wavs = [Path(args.wav_dir) / f"{r['id']}.wav" for r in rows]
