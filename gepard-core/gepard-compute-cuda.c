@@ -550,6 +550,8 @@ gepard_compute_cuda_new (const GepardCheckpoint *checkpoint, const GepardModel *
   fn.model_info (gpu, &info);
   /* one step for every stream: a GPU step's time grows far slower than its batch */
   self->parent.max_batch = self->parent.default_batch = info.max_sequences;
+  /* the step and the codec pass run on streams of their own: the GPU overlaps them */
+  self->parent.decode_alongside = TRUE;
   return &self->parent;
 }
 

@@ -67,6 +67,9 @@ struct _GepardCompute
   const GepardComputeFuncs *funcs;
   int max_batch;     /* the most sequences one step takes */
   int default_batch; /* the engine's batch unless it is told otherwise */
+  /* the engine decodes audio on a second thread while a step runs (the backend is safe for one
+   * step and one decode_audio at once, and gains from it) unless told otherwise */
+  gboolean decode_alongside;
 };
 
 /* The CPU backend over a loaded model and its codec (may be NULL); both are borrowed and must

@@ -57,6 +57,14 @@ struct _GepardEngine
   GepardEngineStats stats;
   GThread *scheduler;
 
+  /* options.decode_alongside: the thread that decodes a batch of jobs the scheduler hands it
+   * (decoder_batch, NULL while it has none) while the scheduler runs a step */
+  GThread *decoder;
+  GMutex decoder_lock;
+  GCond decoder_cond;
+  GPtrArray *decoder_batch;
+  gboolean decoder_quit;
+
   GMutex voices_lock;
   GHashTable *voices; /* id → GepardVoice* */
 
@@ -254,13 +262,12 @@ typedef struct
   GError *error;
 } DecodeJob;
 
-/* Scheduler thread: every queued job in one batched decode, then wakes their callers. */
-static void
-run_decode_jobs (GepardEngine *engine)
+/* Scheduler thread: every job queued by now (NULL when none), each decoder's reset applied. */
+static GPtrArray *
+take_decode_jobs (GepardEngine *engine)
 {
   GepardCompute *compute = engine->compute;
-  g_autoptr (GPtrArray) jobs = g_ptr_array_new ();
-  GError *error = NULL;
+  GPtrArray *jobs = NULL;
   DecodeJob *job;
 
   g_mutex_lock (&engine->lock);
@@ -269,11 +276,21 @@ run_decode_jobs (GepardEngine *engine)
       if (job->decoder->reset && job->decoder->stream != NULL)
         compute->funcs->audio_stream_reset (compute, job->decoder->stream);
       job->decoder->reset = FALSE;
+      if (jobs == NULL)
+        jobs = g_ptr_array_new ();
       g_ptr_array_add (jobs, job);
     }
   g_mutex_unlock (&engine->lock);
-  if (jobs->len == 0)
-    return;
+  return jobs;
+}
+
+/* The jobs in one batched decode, then wakes their callers; `alongside`: beside a step. */
+static void
+decode_jobs (GepardEngine *engine, GPtrArray *jobs, gboolean alongside)
+{
+  GepardCompute *compute = engine->compute;
+  GError *error = NULL;
+  DecodeJob *job;
 
   int n = jobs->len;
   g_autofree GepardAudioStream **streams = g_new (GepardAudioStream *, n);
@@ -304,11 +321,69 @@ run_decode_jobs (GepardEngine *engine)
         job->error = g_error_copy (error);
     }
   engine->stats.decode_batches++;
+  engine->stats.decode_batches_alongside += alongside ? 1 : 0;
   engine->stats.decoded_frames += frames;
   engine->stats.largest_decode_batch = MAX (engine->stats.largest_decode_batch, (guint)n);
   g_cond_broadcast (&engine->decoded);
   g_mutex_unlock (&engine->lock);
   g_clear_error (&error);
+}
+
+/* Scheduler thread: every queued job in one batched decode. */
+static void
+run_decode_jobs (GepardEngine *engine)
+{
+  g_autoptr (GPtrArray) jobs = take_decode_jobs (engine);
+  if (jobs != NULL)
+    decode_jobs (engine, jobs, FALSE);
+}
+
+/* The decode thread: each batch the scheduler hands it, until told to quit. */
+static gpointer
+decoder_main (gpointer data)
+{
+  GepardEngine *engine = data;
+  g_mutex_lock (&engine->decoder_lock);
+  for (;;)
+    {
+      while (engine->decoder_batch == NULL && !engine->decoder_quit)
+        g_cond_wait (&engine->decoder_cond, &engine->decoder_lock);
+      if (engine->decoder_batch == NULL)
+        break;
+      GPtrArray *jobs = engine->decoder_batch;
+      g_mutex_unlock (&engine->decoder_lock);
+      decode_jobs (engine, jobs, TRUE);
+      g_mutex_lock (&engine->decoder_lock);
+      g_ptr_array_unref (jobs);
+      engine->decoder_batch = NULL;
+      g_cond_broadcast (&engine->decoder_cond);
+    }
+  g_mutex_unlock (&engine->decoder_lock);
+  return NULL;
+}
+
+/* Scheduler thread: the jobs queued by now to the decode thread; FALSE when there were none. */
+static gboolean
+hand_decode_jobs (GepardEngine *engine)
+{
+  GPtrArray *jobs = take_decode_jobs (engine);
+  if (jobs == NULL)
+    return FALSE;
+  g_mutex_lock (&engine->decoder_lock);
+  engine->decoder_batch = jobs;
+  g_cond_broadcast (&engine->decoder_cond);
+  g_mutex_unlock (&engine->decoder_lock);
+  return TRUE;
+}
+
+/* Scheduler thread: until the decode thread is done with the batch it was handed. */
+static void
+wait_decode_jobs (GepardEngine *engine)
+{
+  g_mutex_lock (&engine->decoder_lock);
+  while (engine->decoder_batch != NULL)
+    g_cond_wait (&engine->decoder_cond, &engine->decoder_lock);
+  g_mutex_unlock (&engine->decoder_lock);
 }
 
 GepardAudioDecoder *
@@ -421,6 +496,8 @@ scheduler_main (gpointer data)
   GepardEngine *engine = data;
   g_autoptr (GPtrArray) admitted
       = g_ptr_array_new_with_free_func ((GDestroyNotify)gepard_utterance_unref);
+  if (engine->options.decode_alongside > 0)
+    engine->decoder = g_thread_new ("gepard-decode", decoder_main, engine);
 
   for (;;)
     {
@@ -463,15 +540,21 @@ scheduler_main (gpointer data)
         }
       guint ended = remove_ended (admitted) + remove_ended (engine->running);
 
-      if (admitted->len + engine->running->len > 0)
+      /* the codec service: every stream's frames queued by now, in one batched decode — on the
+       * decode thread while the step runs, else after it. Alongside a step, frames queued while
+       * it runs wait for the next iteration's (which comes at once: the queue is not empty). */
+      gboolean stepping = admitted->len + engine->running->len > 0;
+      gboolean handed = stepping && engine->decoder != NULL && hand_decode_jobs (engine);
+      if (stepping)
         run_step (engine, admitted);
+      if (handed)
+        wait_decode_jobs (engine);
+      else if (!stepping || engine->decoder == NULL)
+        run_decode_jobs (engine);
 
       while (admitted->len > 0)
         g_ptr_array_add (engine->running, g_ptr_array_steal_index (admitted, 0));
       ended += remove_ended (engine->running);
-
-      /* the codec service: every stream's frames queued by now, in one batched decode */
-      run_decode_jobs (engine);
 
       g_mutex_lock (&engine->lock);
       engine->stats.utterances += ended;
@@ -493,6 +576,14 @@ scheduler_main (gpointer data)
   /* no decoder can be waiting: each holds a reference, so the engine is not stopping while one
    * is in use */
   g_assert (g_queue_is_empty (&engine->decode_jobs));
+  if (engine->decoder != NULL)
+    {
+      g_mutex_lock (&engine->decoder_lock);
+      engine->decoder_quit = TRUE;
+      g_cond_broadcast (&engine->decoder_cond);
+      g_mutex_unlock (&engine->decoder_lock);
+      g_thread_join (g_steal_pointer (&engine->decoder));
+    }
   if (engine->free_on_exit)
     engine_release (engine);
   return NULL;
@@ -506,6 +597,11 @@ gepard_engine_options_init (GepardEngineOptions *options)
   options->max_batch = 0;
   options->prefill_budget = 2048;
   options->max_waiting = 4096;
+  /* GEPARD_DECODE_ALONGSIDE=0 or 1 overrides the backend's preference (for measuring either) */
+  const char *alongside = g_getenv ("GEPARD_DECODE_ALONGSIDE");
+  options->decode_alongside = g_strcmp0 (alongside, "1") == 0   ? 1
+                              : g_strcmp0 (alongside, "0") == 0 ? 0
+                                                                : -1;
 }
 
 /* The backend for `info`'s device. A GPU that cannot take the model falls back to the CPU when
@@ -587,6 +683,10 @@ gepard_engine_new (const char *model, const char *device, const GepardEngineOpti
   if (engine->options.max_batch <= 0)
     engine->options.max_batch = compute->default_batch;
   engine->options.max_batch = MIN (engine->options.max_batch, compute->max_batch);
+  if (engine->options.decode_alongside < 0)
+    engine->options.decode_alongside = compute->decode_alongside;
+  if (codec == NULL)
+    engine->options.decode_alongside = 0;
   engine->checkpoint = g_steal_pointer (&checkpoint);
   engine->model = lm;
   engine->codec = codec;
@@ -598,6 +698,8 @@ gepard_engine_new (const char *model, const char *device, const GepardEngineOpti
   g_cond_init (&engine->wake);
   g_cond_init (&engine->decoded);
   g_queue_init (&engine->decode_jobs);
+  g_mutex_init (&engine->decoder_lock);
+  g_cond_init (&engine->decoder_cond);
   g_queue_init (&engine->waiting);
   engine->running = g_ptr_array_new_with_free_func ((GDestroyNotify)gepard_utterance_unref);
   g_mutex_init (&engine->voices_lock);
@@ -688,6 +790,8 @@ engine_release (GepardEngine *engine)
   g_mutex_clear (&engine->lock);
   g_cond_clear (&engine->wake);
   g_cond_clear (&engine->decoded);
+  g_mutex_clear (&engine->decoder_lock);
+  g_cond_clear (&engine->decoder_cond);
   gepard_compute_free (engine->compute);
   gepard_codec_free (engine->codec);
   gepard_model_free (engine->model);

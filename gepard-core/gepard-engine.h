@@ -36,6 +36,10 @@ typedef struct
   int prefill_budget; /* prefill tokens admitted per iteration; default 2048 (a longer utterance is
                          admitted alone) */
   int max_waiting;    /* utterances queued before submit answers BUSY; default 4096 */
+  int decode_alongside; /* 1: the codec pass over the frames already made runs on a second thread
+                           while the next step runs; 0: after it, on the scheduler thread;
+                           default -1: what the backend prefers (alongside on a GPU), or
+                           GEPARD_DECODE_ALONGSIDE's 0 or 1 where it is set */
 } GepardEngineOptions;
 
 void gepard_engine_options_init (GepardEngineOptions *options);
@@ -90,9 +94,10 @@ typedef struct
   guint64 utterances; /* utterances ended, any way */
 
   /* the codec service */
-  guint64 decode_batches;     /* batched decodes run */
-  guint64 decoded_frames;     /* frames decoded, all streams */
-  guint largest_decode_batch; /* most streams in one batched decode so far */
+  guint64 decode_batches;           /* batched decodes run */
+  guint64 decoded_frames;           /* frames decoded, all streams */
+  guint largest_decode_batch;       /* most streams in one batched decode so far */
+  guint64 decode_batches_alongside; /* of the batched decodes, those run beside a step */
 } GepardEngineStats;
 
 void gepard_engine_get_stats (GepardEngine *engine, GepardEngineStats *stats);

@@ -129,6 +129,7 @@ gepard_engine_pool_get_stats (GepardEnginePool *pool, GepardEngineStats *stats)
       stats->frames += one.frames;
       stats->utterances += one.utterances;
       stats->decode_batches += one.decode_batches;
+      stats->decode_batches_alongside += one.decode_batches_alongside;
       stats->decoded_frames += one.decoded_frames;
       stats->largest_decode_batch = MAX (stats->largest_decode_batch, one.largest_decode_batch);
     }

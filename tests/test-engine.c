@@ -509,6 +509,66 @@ test_audio_decoders_batch (void)
   g_assert_cmpuint (stats.decode_batches, <, stats.decoded_frames);
 }
 
+/* Decoding beside the steps, on the engine's decode thread (a GPU's default, forced here): an
+ * utterance generating all along still gets the reference's frames, each decoder still gets
+ * exact audio, and passes did run beside steps. */
+static void
+test_decode_alongside (void)
+{
+  g_autoptr (GError) error = NULL;
+  GepardEngineOptions options;
+  gepard_engine_options_init (&options);
+  options.decode_alongside = 1;
+  g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", &options, &error);
+  g_assert_no_error (error);
+  GepardSampling sampling;
+  gepard_sampling_init_default (&sampling);
+  sampling.seed = 5;
+  sampling.max_frames = 300;
+  sampling.ignore_stop = TRUE;
+  gint32 text[16];
+  int n;
+  text_for (2, text, &n);
+  Record *r = record_new (0);
+  g_autoptr (GepardUtterance) u
+      = gepard_engine_submit (engine, text, n, NULL, 0, &sampling, &callbacks, r, NULL, &error);
+  g_assert_no_error (error);
+  /* the decoders start once it is generating: at least 299 more steps to run beside */
+  for (;;)
+    {
+      g_mutex_lock (&r->lock);
+      guint got = r->frames->len;
+      g_mutex_unlock (&r->lock);
+      if (got > 0)
+        break;
+      g_usleep (1000);
+    }
+  DecodeThread threads[4];
+  GThread *handles[G_N_ELEMENTS (threads)];
+  for (guint i = 0; i < G_N_ELEMENTS (threads); i++)
+    {
+      threads[i] = (DecodeThread){engine, (int)i, FALSE};
+      handles[i] = g_thread_new ("decode", decode_thread, &threads[i]);
+    }
+  for (guint i = 0; i < G_N_ELEMENTS (threads); i++)
+    {
+      g_thread_join (handles[i]);
+      g_assert_true (threads[i].exact);
+    }
+  record_wait (r);
+  g_autoptr (GArray) expected = reference_frames (engine, text, n, &sampling);
+  g_assert_cmpint (r->end, ==, GEPARD_UTTERANCE_MAX_FRAMES);
+  g_assert_cmpmem (r->frames->data, r->frames->len * 4, expected->data, expected->len * 4);
+  record_free (r);
+
+  GepardEngineStats stats;
+  gepard_engine_get_stats (engine, &stats);
+  g_test_message ("%" G_GUINT64_FORMAT " passes, %" G_GUINT64_FORMAT " beside a step",
+                  stats.decode_batches, stats.decode_batches_alongside);
+  g_assert_cmpuint (stats.decoded_frames, ==, G_N_ELEMENTS (threads) * DECODE_FRAMES);
+  g_assert_cmpuint (stats.decode_batches_alongside, >, 0);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -526,6 +586,7 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/shared-by-location", test_shared_by_location);
   g_test_add_func ("/engine/audio-decoder-exact", test_audio_decoder_exact);
   g_test_add_func ("/engine/audio-decoders-batch", test_audio_decoders_batch);
+  g_test_add_func ("/engine/decode-alongside", test_decode_alongside);
   int result = g_test_run ();
 
   g_autofree char *rm = g_strdup_printf ("rm -rf '%s'", work_dir);

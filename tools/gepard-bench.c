@@ -433,6 +433,13 @@ bench_engine (const char *path, const char *device, const char *concurrency, int
                percentile (rtf, n, 0.5), percentile (rtf, n, 0.9), percentile (rtf, n, 0.99),
                n * audio_s / wall, wall);
     }
+  GepardEngineStats stats;
+  gepard_engine_get_stats (engine, &stats);
+  if (audio)
+    g_print ("%" G_GUINT64_FORMAT " codec passes for %" G_GUINT64_FORMAT " frames (at most %u "
+             "streams in one), %" G_GUINT64_FORMAT " of them beside a step\n",
+             stats.decode_batches, stats.decoded_frames, stats.largest_decode_batch,
+             stats.decode_batches_alongside);
   return 0;
 }
 
