@@ -407,8 +407,8 @@ def test_reference_receptive_fields(tiny):
     latent = torch.zeros(j + 28, 32, dtype=torch.float64)
     latent[j] = 0.5
     moved = torch.nonzero(probe.decode_latent(latent))[:, 0]
-    record("tiny reference", "decoder reach of frame j, samples", f"{int(moved[0]) - 1024 * j}…{int(moved[-1]) - 1024 * j}",
-           "0…26463")
+    record("tiny reference", "decoder reach of frame j, samples",
+           f"{int(moved[0]) - 1024 * j}…{int(moved[-1]) - 1024 * j}", "0…26463")
     assert (int(moved[0]), int(moved[-1])) == (1024 * j, 1024 * j + 26463)
     assert moved.numel() == 26464
 

@@ -19,11 +19,12 @@ implementations differ at the level of bf16 rounding noise everywhere, about 1 %
   * the reference against itself with every GEMM done in fp32 and rounded once (`spec_forward`,
     `f32_gemm=True`, i.e. the C scheme) and the compressor attention as fp32 math: hidden states
     and head logits 0.013 / 0.011 on the same input, frame_embeds 0.0013, prefix 0.015;
-  * the C CPU backend: frame_embeds ≤ 0.005 (≥ 99.7 % bit-identical); prefix ≤ 0.016 (the C compressor is bit-identical to
-    fp32 attention math; torch's SDPA rounds exp(s − max) to bf16 before P·V, as flash attention
-    does); hidden states and head logits on the same prefix input ≤ 0.026 / 0.015 (tiny with 6
-    layers; ≤ 0.015 / 0.009 for the 2-layer gepard-1.0 shape, bit-identical for tiny without a
-    compressor); end to end through the compressor ≤ 0.05 / 0.03; stop logits ≤ 0.05 absolute.
+  * the C CPU backend: frame_embeds ≤ 0.005 (≥ 99.7 % bit-identical); prefix ≤ 0.016 (the C
+    compressor is bit-identical to fp32 attention math; torch's SDPA rounds exp(s − max) to bf16
+    before P·V, as flash attention does); hidden states and head logits on the same prefix input
+    ≤ 0.026 / 0.015 (tiny with 6 layers; ≤ 0.015 / 0.009 for the 2-layer gepard-1.0 shape,
+    bit-identical for tiny without a compressor); end to end through the compressor ≤ 0.05 / 0.03;
+    stop logits ≤ 0.05 absolute.
 
 (spec §6: transformers itself differs by 0.047 between its two schedules on the 14-layer shape.)
 The tolerances below are 2-3× those figures. Because that noise floor is as large as the effect of

@@ -124,7 +124,8 @@ def write_raw(path, tensors, metadata=None):
     if metadata:
         header["__metadata__"] = metadata
     for name, tensor in tensors.items():
-        header[name] = {"dtype": tensor.dtype, "shape": tensor.shape, "data_offsets": [offset, offset + len(tensor.data)]}
+        header[name] = {"dtype": tensor.dtype, "shape": tensor.shape,
+                        "data_offsets": [offset, offset + len(tensor.data)]}
         offset += len(tensor.data)
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     text += b" " * (-len(text) % 8)

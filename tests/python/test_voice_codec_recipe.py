@@ -271,8 +271,8 @@ def test_decoder_trains_on_the_encoders_codes(data_dir, trained, tmp_path):
     decoder_run = tmp_path / "decoder.pt"
     shutil.copy(ckpt, decoder_run)
     codec.main(["train", str(data_dir), "--ckpt", str(decoder_run), "--resume", "--steps", "24",
-                "--freeze-encoder-after", "0", "--codes", str(codes), "--batch", "2", "--min-frames", "6", "--max-frames", "6",
-                "--device", "cpu"])
+                "--freeze-encoder-after", "0", "--codes", str(codes), "--batch", "2", "--min-frames", "6",
+                "--max-frames", "6", "--device", "cpu"])
     before = torch.load(ckpt, map_location="cpu", weights_only=True)
     after = torch.load(decoder_run, map_location="cpu", weights_only=True)
     names = list(before["model"])

@@ -913,7 +913,8 @@ def encode_rows(model, data_dir, rows, device, batch_frames=32768):
             chunk = members[b: b + per_batch]
             x = torch.zeros(chunk.size, int(t) * SAMPLES_PER_FRAME)
             for j, i in enumerate(chunk):
-                x[j, : lengths[i]] = torch.from_numpy(audio[offsets[i]: offsets[i] + lengths[i]].astype(np.float32) / 32768.0)
+                piece = audio[offsets[i]: offsets[i] + lengths[i]]
+                x[j, : lengths[i]] = torch.from_numpy(piece.astype(np.float32) / 32768.0)
             c = model.encode(x.to(device)).transpose(1, 2).to("cpu", torch.uint8)
             for j, i in enumerate(chunk):
                 codes[i] = c[j].contiguous()

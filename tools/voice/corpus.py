@@ -224,12 +224,15 @@ def count_phrase(rng):
 
 
 TRAIN_TEMPLATES = [
-    lambda r: f"{r.choice(TRAIN_NAMES)} {r.choice(TRAIN_VERBS_PAST)} {count_phrase(r)} {r.choice(TRAIN_OBJECTS)} in {r.choice(TRAIN_PLACES)}.",
+    lambda r: (f"{r.choice(TRAIN_NAMES)} {r.choice(TRAIN_VERBS_PAST)} {count_phrase(r)} {r.choice(TRAIN_OBJECTS)} "
+               f"in {r.choice(TRAIN_PLACES)}."),
     lambda r: f"{r.choice(TRAIN_ACTIVITIES).capitalize()} starts at {clock_time(r)} on {r.choice(WEEKDAYS)}.",
     lambda r: f"{full_name(r)} was born on {date_phrase(r)} in {r.choice(TRAIN_PLACES)}.",
     lambda r: f"The ticket to {r.choice(TRAIN_PLACES)} costs {money(r)}.",
-    lambda r: f"Please call {r.choice(TRAIN_NAMES)} at {r.randint(200, 999)} {r.randint(100, 999)} {r.randint(1000, 9999)}.",
-    lambda r: f"It is {r.randint(2, 30)} degrees in {r.choice(TRAIN_PLACES)} this {r.choice(['morning', 'afternoon', 'evening'])}.",
+    lambda r: (f"Please call {r.choice(TRAIN_NAMES)} at {r.randint(200, 999)} {r.randint(100, 999)} "
+               f"{r.randint(1000, 9999)}."),
+    lambda r: (f"It is {r.randint(2, 30)} degrees in {r.choice(TRAIN_PLACES)} "
+               f"this {r.choice(['morning', 'afternoon', 'evening'])}."),
     lambda r: f"We drove {r.randint(5, 900)} kilometers from {r.choice(TRAIN_PLACES)} to {r.choice(TRAIN_PLACES)}.",
     lambda r: f"Did {r.choice(TRAIN_NAMES)} pay {money(r)} for the {r.choice(TRAIN_OBJECTS)[:-1]}?",
     lambda r: f"On {date_phrase(r)}, {r.choice(TRAIN_NAMES)} moved to {r.choice(TRAIN_PLACES)}.",
@@ -241,7 +244,8 @@ TRAIN_TEMPLATES = [
     lambda r: f"The year {r.randint(1066, 2039)} was a busy one for {r.choice(TRAIN_PLACES)}.",
     lambda r: f"My flight leaves {r.choice(TRAIN_PLACES)} at {clock_time(r)} and lands in {r.choice(TRAIN_PLACES)}.",
     lambda r: f"{r.choice(TRAIN_NAMES)} saved {money(r)} in {r.choice(MONTHS)}.",
-    lambda r: f"About {r.randint(2, 99)} percent of the {r.choice(TRAIN_OBJECTS)} were {r.choice(['red', 'blue', 'green', 'broken', 'new', 'old'])}.",
+    lambda r: (f"About {r.randint(2, 99)} percent of the {r.choice(TRAIN_OBJECTS)} "
+               f"were {r.choice(['red', 'blue', 'green', 'broken', 'new', 'old'])}."),
     lambda r: f"The meeting with {full_name(r)} is on {r.choice(WEEKDAYS)} at {clock_time(r)}.",
     lambda r: f"Order number {r.randint(10000, 99999)} ships to {r.choice(TRAIN_PLACES)} on {date_phrase(r)}.",
     lambda r: f"There are {count_phrase(r)} {r.choice(TRAIN_OBJECTS)} on the table, and {count_phrase(r)} in the box.",
@@ -259,9 +263,11 @@ def heldout_sentences(rng, count):
     verbs = rng.sample(HELDOUT_VERBS, count)
     numbers = rng.sample(range(3, 97), count)
     templates = [
-        lambda n, v, k: f"{n} {v} {number_words(k)} {rng.choice(HELDOUT_OBJECTS)} beside the harbor of {rng.choice(HELDOUT_PLACES)}.",
+        lambda n, v, k: (f"{n} {v} {number_words(k)} {rng.choice(HELDOUT_OBJECTS)} "
+                         f"beside the harbor of {rng.choice(HELDOUT_PLACES)}."),
         lambda n, v, k: f"Yesterday evening {n} quietly {v} exactly {k} old {rng.choice(HELDOUT_OBJECTS)}.",
-        lambda n, v, k: f"In {rng.choice(HELDOUT_PLACES)}, {n} {v} {number_words(k)} {rng.choice(HELDOUT_OBJECTS)} before sunrise.",
+        lambda n, v, k: (f"In {rng.choice(HELDOUT_PLACES)}, {n} {v} {number_words(k)} "
+                         f"{rng.choice(HELDOUT_OBJECTS)} before sunrise."),
         lambda n, v, k: f"Nobody expected that {n} {v} {k} {rng.choice(HELDOUT_OBJECTS)} for the festival.",
     ]
     return [templates[i % len(templates)](names[i], verbs[i], numbers[i]) for i in range(count)]

@@ -148,7 +148,8 @@ def synthesize(model, sentences, out_dir, voice="default", max_frames=400, build
         wav = out_dir / f"{i:03d}.wav"
         subprocess.run(["gst-launch-1.0", "-q", "gepardtextsrc", f"text={text}", "!",
                         "gepardlm", f"model={model}", "device=cpu", f"voice={voice}", f"max-frames={max_frames}",
-                        *lm_options, "!", "gepardcodec", f"model={model}", "!", "audioconvert", "!", "audioresample", "!",
+                        *lm_options, "!", "gepardcodec", f"model={model}", "!", "audioconvert", "!",
+                        "audioresample", "!",
                         "audio/x-raw,format=S16LE,rate=16000,channels=1", "!", "wavenc", "!", "filesink",
                         f"location={wav}"], check=True, capture_output=True, env=env)
         wavs.append(wav)

@@ -1120,8 +1120,8 @@ def cmd_train(args):
 
     save_checkpoint(run_dir, model, optimizer, snapshot())
     plan_text = f"{hp['minutes']:g} min" if hp.get("minutes") else f"{hp['steps']} steps"
-    print(f"{'finished' if finished else 'stopped'} at step {step} ({trained_s / 60:.1f} min) of {plan_text}; checkpoint in "
-          f"{run_dir / CHECKPOINT} ({time.time() - started:.0f} s)", flush=True)
+    print(f"{'finished' if finished else 'stopped'} at step {step} ({trained_s / 60:.1f} min) of {plan_text}; "
+          f"checkpoint in {run_dir / CHECKPOINT} ({time.time() - started:.0f} s)", flush=True)
     return 0
 
 

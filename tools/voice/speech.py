@@ -167,7 +167,8 @@ def synthesize_corpus(corpus_dir, data_dir, espeak_data=None, limit=None, jobs=N
     for speaker in TRAIN_SPEAKERS + [HELDOUT_SPEAKER]:
         (out_dir / "wavs" / speaker[0]).mkdir(parents=True, exist_ok=True)
     espeak = find_espeak()
-    work = [(row, speaker, out_dir, espeak, espeak_data) for row, speaker in plan(train, heldout, seed, limit, default_share)]
+    work = [(row, speaker, out_dir, espeak, espeak_data)
+            for row, speaker in plan(train, heldout, seed, limit, default_share)]
     processes = jobs or os.cpu_count() or 1
     with Pool(processes) as pool:
         rows = [r for r in pool.imap(synthesize, work, chunksize=16) if r is not None]
