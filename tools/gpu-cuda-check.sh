@@ -8,8 +8,9 @@
 # published codec shapes, plain fp32 sums and each GEMM of GEPARD_CODEC_GEMMS: the own TF32 kernel,
 # the own fp16 kernel, cuBLAS), runs compute-sanitizer over the fp16 kernel, times the batched
 # pass, profiles one pass over 256 streams (GEMM: GEPARD_CUDA_CODEC_GEMM; GEPARD_CODEC_PROFILE=0
-# skips it) and runs the engine benchmark end to end (LM and codec) on the gepard-1.0 shapes
-# (GEPARD_CODEC_ENGINE=0 skips it).
+# skips it) and runs the engine benchmark end to end (LM and codec) on the gepard-1.0 shapes,
+# with the codec pass beside each LM step and, for comparison, after it (GEPARD_CODEC_ENGINE=0
+# skips both).
 #
 # The host needs no build tools: binaries built elsewhere are copied to $GEPARD_PREFIX/build
 # (default device-prefix/build: kernels/libgepard-cuda.so, gepard-core/libgepard.so,
@@ -155,6 +156,10 @@ EOF
   echo "exit $?"
   kill "$sampler" 2>/dev/null
   echo "GPU memory in use during the benchmark: at most $(sort -n "$out/memory.log" | tail -1) MiB"
+  step "the same with each codec pass after the LM step instead of beside it"
+  GEPARD_DECODE_ALONGSIDE=0 timeout 300 "$bin/tools/gepard-bench" engine "$models/g1-codec" \
+    --device cuda --concurrency "${GEPARD_ENGINE_SERIAL_CONCURRENCY:-1,1,256}" --frames 200
+  echo "exit $?"
   step done
   exit 0
 fi
