@@ -49,6 +49,12 @@ install_python_packages() {
   wanted=$(cat "$GEPARD_ROOT/tests/requirements.txt" "$GEPARD_ROOT/tests/requirements-torch.txt")
   if [ "$wanted" != "$(cat "$stamp" 2>/dev/null)" ]; then
     log "installing Python test packages (torch and transformers included)"
+    # they take about 7 GB once installed, and pip unpacks them in the temporary folder first
+    local free_kb
+    free_kb=$(df -Pk "$GEPARD_VENV" | awk 'NR == 2 { print $4 }')
+    if [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
+      log "warning: $((free_kb / 1024 / 1024)) GB free where $GEPARD_VENV is; the install needs about 8 GB"
+    fi
     "$GEPARD_VENV/bin/pip" install -q --disable-pip-version-check \
       -r "$GEPARD_ROOT/tests/requirements-torch.txt"
     printf '%s' "$wanted" >"$stamp"
