@@ -33,7 +33,8 @@ step() { echo; echo "=== $* ($(date -u +%T))"; }
 for deb in "$prefix"/debs/*.deb; do dpkg -x "$deb" "$libs"; done
 export LD_LIBRARY_PATH=$libs/usr/lib/x86_64-linux-gnu:$libs/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # GLib's own dependencies, only where the host lacks them (its newer copies are kept otherwise)
-if ldd "$bin/gepard-core/libgepard.so" | grep -q "not found" && [ -d "$prefix/debs/fallback" ]; then
+if ldd "$bin/gepard-core/libgepard.so" "$bin/tools/gepard-bench" | grep -q "not found" \
+  && [ -d "$prefix/debs/fallback" ]; then
   for deb in "$prefix"/debs/fallback/*.deb; do dpkg -x "$deb" "$libs/fallback"; done
   export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$libs/fallback/usr/lib/x86_64-linux-gnu:$libs/fallback/lib/x86_64-linux-gnu
 fi
@@ -43,7 +44,7 @@ export GEPARD_KV_CACHE_MIB=${GEPARD_KV_CACHE_MIB:-16384}
 
 step host
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
-ldd "$bin/gepard-core/libgepard.so" | grep "not found" || echo "all libraries found"
+ldd "$bin/gepard-core/libgepard.so" "$bin/tools/gepard-bench" | grep "not found" || echo "all libraries found"
 
 step test-backend
 timeout 60 "$bin/tests/test-backend" --tap
