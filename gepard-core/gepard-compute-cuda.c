@@ -215,7 +215,10 @@ cuda_audio_stream_reset (GepardCompute *compute, GepardAudioStream *stream)
     self->fn.codec_stream_reset (self->codec_gpu, stream->slot);
 }
 
-/* Every stream's first frame in one pass on the GPU, then every second frame, and so on. */
+/* Every stream's frames in batched passes on the GPU: each round decodes, for every stream that
+ * has frames left, as many as the stream with the fewest left has, so that one frame of each
+ * stream (the usual case) is one pass and one stream's several queued frames are a multi-frame
+ * pass (the codec splits a round into passes of 1, 2, 4 or 8 frames). */
 static gboolean
 cuda_decode_audio (GepardCompute *compute, GepardAudioStream *const *streams,
                    const gint32 *const *codes, const int *n_frames, float *const *samples, int n,
@@ -227,33 +230,41 @@ cuda_decode_audio (GepardCompute *compute, GepardAudioStream *const *streams,
                                                   samples, n, error);
 
   const GepardCodecConfig *c = gepard_codec_get_config (self->codec);
-  int most = 0;
+  gsize latent_floats = 0;
   for (int i = 0; i < n; i++)
-    {
-      if (n_frames[i] > 0 && !gepard_fsq_check_codes (c, codes[i], (gsize)n_frames[i], error))
-        {
-          g_prefix_error (error, "Stream %d: ", i);
-          return FALSE;
-        }
-      most = MAX (most, n_frames[i]);
-    }
+    if (n_frames[i] > 0)
+      {
+        if (!gepard_fsq_check_codes (c, codes[i], (gsize)n_frames[i], error))
+          {
+            g_prefix_error (error, "Stream %d: ", i);
+            return FALSE;
+          }
+        latent_floats += (gsize)n_frames[i] * c->latent_dim;
+      }
   g_autofree int *slots = g_new (int, MAX (n, 1));
-  g_autofree float *latent = g_new (float, (gsize)MAX (n, 1) * c->latent_dim);
+  g_autofree int *done = g_new0 (int, MAX (n, 1));
+  g_autofree float *latent = g_new (float, MAX (latent_floats, 1));
   g_autofree float **out = g_new (float *, MAX (n, 1));
   char message[512] = "";
-  for (int f = 0; f < most; f++)
+  for (;;)
     {
-      int batch = 0;
+      int frames = G_MAXINT, batch = 0;
       for (int i = 0; i < n; i++)
-        if (n_frames[i] > f)
+        if (n_frames[i] > done[i])
+          frames = MIN (frames, n_frames[i] - done[i]);
+      if (frames == G_MAXINT)
+        return TRUE;
+      for (int i = 0; i < n; i++)
+        if (n_frames[i] > done[i])
           {
             slots[batch] = streams[i]->slot;
-            gepard_fsq_decode (c, codes[i] + (gsize)f * c->latent_dim, 1,
-                               latent + (gsize)batch * c->latent_dim);
-            out[batch] = samples[i] + (gsize)f * c->samples_per_frame;
+            gepard_fsq_decode (c, codes[i] + (gsize)done[i] * c->latent_dim, frames,
+                               latent + (gsize)batch * frames * c->latent_dim);
+            out[batch] = samples[i] + (gsize)done[i] * c->samples_per_frame;
+            done[i] += frames;
             batch++;
           }
-      if (self->fn.codec_decode (self->codec_gpu, slots, latent, batch, out, message,
+      if (self->fn.codec_decode (self->codec_gpu, slots, latent, batch, frames, out, message,
                                  sizeof message)
           != 0)
         {
@@ -262,7 +273,6 @@ cuda_decode_audio (GepardCompute *compute, GepardAudioStream *const *streams,
           return FALSE;
         }
     }
-  return TRUE;
 }
 
 static const GepardComputeFuncs cuda_funcs = {

@@ -54,9 +54,10 @@ typedef struct
   GepardAudioStream *(*audio_stream_new) (GepardCompute *compute, GError **error);
   void (*audio_stream_free) (GepardCompute *compute, GepardAudioStream *stream);
   void (*audio_stream_reset) (GepardCompute *compute, GepardAudioStream *stream);
-  /* Decodes n_frames[i] frames of codes[i] ([n][32]) for each of n streams, in one batched pass,
-   * into samples[i] (n_frames[i] × samples_per_frame floats, host memory). The same bits as
-   * decoding each stream alone. A bad code fails before any stream moves. */
+  /* Decodes n_frames[i] frames of codes[i] ([n][32]) for each of n streams, in batched passes
+   * (the CPU's: one; the GPU's: passes of several frames of each stream), into samples[i]
+   * (n_frames[i] × samples_per_frame floats, host memory). The CPU gives the same bits as decoding
+   * each stream alone. A bad code fails before any stream moves. */
   gboolean (*decode_audio) (GepardCompute *compute, GepardAudioStream *const *streams,
                             const gint32 *const *codes, const int *n_frames, float *const *samples,
                             int n, GError **error);

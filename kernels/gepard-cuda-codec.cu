@@ -1,19 +1,19 @@
-/* gepard-cuda-codec.cu: NanoCodec's causal decoder on the GPU, one frame for a batch of streams
- * per pass (nanocodec.md §2, streaming per §6.1).
+/* gepard-cuda-codec.cu: NanoCodec's causal decoder on the GPU, the same number of frames (1, 2, 4
+ * or 8) for each of a batch of streams per pass (nanocodec.md §2, streaming per §6.1).
  *
- * Layout. Within a pass every stream adds the same number of columns at each layer (one frame),
- * so a layer's activations for the whole batch are one matrix [channels][columns × streams] with
- * the stream index fastest: column t of stream s is at t·B + s. A causal convolution then reads,
- * for tap m, the input shifted by m·dilation columns — a contiguous shift of B·m·dilation in that
- * matrix — and the whole convolution is one implicit GEMM
- *   y[o][t·B + s] = b[o] + Σ_m Σ_c W[o][c][m] · act(x)[c][(t + m·d)·B + s]
- * over the virtual input [history | new columns]. The history ((k − 1)·d columns per channel) of
- * every stream lives in a state pool on the device, element (c, h) of stream slot p at
- * state[(c·hist + h)·slot_stride + p], so that a batch of consecutive slots reads it coalesced.
- * Before a convolution a gather builds its virtual input for the batch — each stream's history,
- * kept activated, then the activation of the new columns — and after it the last columns of
- * that input become the histories. Where a layer's output alone would give the GPU few blocks
- * (few streams), the reduction is split over blocks and summed in split order by a second kernel.
+ * Layout. Within a pass every stream adds the same number of columns at each layer (F frames'
+ * worth), so a layer's activations for the whole batch are one matrix [channels][columns × streams]
+ * with the stream index fastest: column t of stream s is at t·B + s. A causal convolution then
+ * reads, for tap m, the input shifted by m·dilation columns — a contiguous shift of B·m·dilation in
+ * that matrix — and the whole convolution is one implicit GEMM y[o][t·B + s] = b[o] + Σ_m Σ_c
+ * W[o][c][m] · act(x)[c][(t + m·d)·B + s] over the virtual input [history | new columns]. The
+ * history ((k − 1)·d columns per channel) of every stream lives in a state pool on the device,
+ * element (c, h) of stream slot p at state[(c·hist + h)·slot_stride + p], so that a batch of
+ * consecutive slots reads it coalesced. Before a convolution a gather builds its virtual input for
+ * the batch — each stream's history, kept activated, then the activation of the new columns — and
+ * after it the last columns of that input become the histories. Where a layer's output alone would
+ * give the GPU few blocks (few streams), the reduction is split over blocks and summed in split
+ * order by a second kernel.
  *
  * The module's own kernel runs that implicit GEMM on tensor cores (WMMA, TF32 inputs, fp32
  * accumulation). Because a tap's input is a shift of one matrix, the convolution is also `kernel`
@@ -60,6 +60,8 @@ constexpr int CONV_THREADS = 128;
 /* a pass covers a multiple of 8 streams, so that every row of a layer's batch matrix starts on
  * 16 bytes (in fp16 as in fp32) and the tiles move in 16-byte copies */
 constexpr int PASS_ALIGN = 8;
+/* a pass decodes 2^i frames of each stream, i < PASS_FRAME_SIZES: 1, 2, 4 or 8 (a graph each) */
+constexpr int PASS_FRAME_SIZES = 4;
 
 struct ActArgs
 {
@@ -703,7 +705,7 @@ struct Act
 struct Conv
 {
   int c_in = 0, c_out = 0, kernel = 0, dilation = 1, hist = 0;
-  int n = 0;     /* new columns per stream in a pass (one frame) */
+  int n = 0;     /* new columns per stream and frame */
   int k_pad = 0; /* kernel · c_in rounded up to TILE_K */
   float *w = NULL;
   __half *w16 = NULL; /* w in fp16, for the fp16 kernel instead */
@@ -712,7 +714,8 @@ struct Conv
   float *w_taps = NULL;
   int c_in_pad = 0;
   float *bias = NULL;
-  int *k_offset = NULL;
+  /* for passes of 1, 2, 4 and 8 frames: each reduction element's input column (ConvArgs) */
+  int *k_offset[PASS_FRAME_SIZES] = {};
   size_t state = 0; /* offset of its history piece, in floats per stream */
 };
 
@@ -776,7 +779,7 @@ struct _GepardCudaCodec
 
   bool use_graphs = true;
   int profile_batch = 0;
-  std::map<int, cudaGraphExec_t> graphs; /* a captured pass per batch size */
+  std::map<int, cudaGraphExec_t> graphs; /* a captured pass per batch size and frame count */
 
   std::mutex lock;
   std::vector<int> free_streams;
@@ -881,14 +884,19 @@ load_conv (GepardCudaCodec *codec, Conv &conv, int c_in, int c_out, int kernel, 
                 = w[((size_t)o * c_in + c) * kernel + m];
       return upload (codec, &conv.w_taps, taps, msg);
     }
-  std::vector<int> offsets (conv.k_pad, 0);
-  for (int m = 0; m < kernel; m++)
-    for (int c = 0; c < c_in; c++)
-      offsets[(size_t)m * c_in + c] = c * (conv.hist + n) + m * dilation;
-  CUDA_TRY (codec_alloc (codec, &conv.k_offset, offsets.size ()), "Allocating the codec's weights");
-  CUDA_TRY (cudaMemcpy (conv.k_offset, offsets.data (), offsets.size () * sizeof (int),
-                        cudaMemcpyHostToDevice),
-            "Uploading the codec's weights");
+  for (int i = 0; i < PASS_FRAME_SIZES; i++)
+    {
+      int columns = n << i; /* new columns per stream in a pass of 2^i frames */
+      std::vector<int> offsets (conv.k_pad, 0);
+      for (int m = 0; m < kernel; m++)
+        for (int c = 0; c < c_in; c++)
+          offsets[(size_t)m * c_in + c] = c * (conv.hist + columns) + m * dilation;
+      CUDA_TRY (codec_alloc (codec, &conv.k_offset[i], offsets.size ()),
+                "Allocating the codec's weights");
+      CUDA_TRY (cudaMemcpy (conv.k_offset[i], offsets.data (), offsets.size () * sizeof (int),
+                            cudaMemcpyHostToDevice),
+                "Uploading the codec's weights");
+    }
   std::vector<float> packed ((size_t)c_out * conv.k_pad, 0.0f);
   for (int o = 0; o < c_out; o++)
     for (int c = 0; c < c_in; c++)
@@ -1050,35 +1058,38 @@ run_own_gemm (GepardCudaCodec *codec, ConvArgs a, size_t plane)
   return cudaSuccess;
 }
 
-/* One causal convolution over the batch: its virtual input (histories, then the activated new
- * columns), the GEMM, and the histories kept for the next pass. */
+/* One causal convolution over the batch, 2^frames_log2 frames of each stream: its virtual input
+ * (histories, then the activated new columns), the GEMM, and the histories kept for the next
+ * pass. */
 cudaError_t
 run_conv (GepardCudaCodec *codec, const Conv &conv, const Act *act, const float *in, int batch,
-          const float *residual, const float *const *mean, int n_mean, int output, float *out)
+          int frames_log2, const float *residual, const float *const *mean, int n_mean, int output,
+          float *out)
 {
   const int max_streams = codec->slot_stride;
   float *state = codec->state + conv.state * max_streams;
-  int length = conv.hist + conv.n;
+  int n = conv.n << frames_log2;
+  int length = conv.hist + n;
   size_t total = (size_t)conv.c_in * length * batch;
   __half *input16 = reinterpret_cast<__half *> (codec->input);
   if (codec->f16)
     RETURN_IF_FAILED (launch (gather_input_kernel<__half>, blocks_for (total), 256, 0,
-                              codec->stream, in, state, conv.c_in, conv.hist, conv.n, batch,
-                              max_streams, codec->d_slots, act_args (act), input16));
+                              codec->stream, in, state, conv.c_in, conv.hist, n, batch, max_streams,
+                              codec->d_slots, act_args (act), input16));
   else
     RETURN_IF_FAILED (launch (gather_input_kernel<float>, blocks_for (total), 256, 0, codec->stream,
-                              in, state, conv.c_in, conv.hist, conv.n, batch, max_streams,
+                              in, state, conv.c_in, conv.hist, n, batch, max_streams,
                               codec->d_slots, act_args (act), codec->input));
 
   ConvArgs a = {};
   a.w = conv.w;
   a.w16 = conv.w16;
   a.bias = conv.bias;
-  a.k_offset = conv.k_offset;
+  a.k_offset = conv.k_offset[frames_log2];
   a.c_in = conv.c_in;
   a.c_out = conv.c_out;
   a.k_total = conv.k_pad;
-  a.n_cols = conv.n * batch;
+  a.n_cols = n * batch;
   a.batch = batch;
   a.xv = codec->input;
   a.xv16 = input16;
@@ -1122,11 +1133,11 @@ run_conv (GepardCudaCodec *codec, const Conv &conv, const Act *act, const float 
       size_t kept = (size_t)conv.c_in * conv.hist * batch;
       if (codec->f16)
         RETURN_IF_FAILED (launch (keep_history_kernel<__half>, blocks_for (kept), 256, 0,
-                                  codec->stream, input16, conv.c_in, conv.hist, conv.n, batch,
-                                  state, max_streams, codec->d_slots));
+                                  codec->stream, input16, conv.c_in, conv.hist, n, batch, state,
+                                  max_streams, codec->d_slots));
       else
         RETURN_IF_FAILED (launch (keep_history_kernel<float>, blocks_for (kept), 256, 0,
-                                  codec->stream, codec->input, conv.c_in, conv.hist, conv.n, batch,
+                                  codec->stream, codec->input, conv.c_in, conv.hist, n, batch,
                                   state, max_streams, codec->d_slots));
     }
   return cudaGetLastError ();
@@ -1136,20 +1147,21 @@ run_conv (GepardCudaCodec *codec, const Conv &conv, const Act *act, const float 
  * parallel branches of dilated blocks, averaged. `x` holds the stage's input and receives its
  * output. */
 cudaError_t
-run_stage (GepardCudaCodec *codec, const Stage &st, float *x, int batch)
+run_stage (GepardCudaCodec *codec, const Stage &st, float *x, int batch, int frames_log2)
 {
   const GepardCudaCodecConfig &c = codec->config;
   float *y = codec->buffers[1], *t = codec->buffers[2], **branch = codec->buffers + 3;
-  int n = st.n_in * st.rate;
+  int n_in = st.n_in << frames_log2;
+  int n = n_in * st.rate;
   ActArgs act = act_args (&st.act);
   size_t total = (size_t)st.channels * n * batch;
-  RETURN_IF_FAILED (launch (up_sample_kernel, blocks_for (total), 256, 0, codec->stream, x, st.n_in,
+  RETURN_IF_FAILED (launch (up_sample_kernel, blocks_for (total), 256, 0, codec->stream, x, n_in,
                             batch, st.up_w, st.up_b, st.channels, st.rate, act,
                             codec->state + st.carry * codec->slot_stride, codec->slot_stride,
                             codec->d_slots, y));
   int threads = st.c_in * batch;
   RETURN_IF_FAILED (launch (keep_carry_kernel, blocks_for (threads), 256, 0, codec->stream, x,
-                            st.c_in, st.n_in, batch, codec->state + st.carry * codec->slot_stride,
+                            st.c_in, n_in, batch, codec->state + st.carry * codec->slot_stride,
                             codec->slot_stride, codec->d_slots));
   for (int j = 0; j < c.n_kernels; j++)
     for (int m = 0; m < c.n_dilations; m++)
@@ -1158,36 +1170,38 @@ run_stage (GepardCudaCodec *codec, const Stage &st, float *x, int batch)
         const float *h = m == 0 ? y : branch[j];
         bool last = j == c.n_kernels - 1 && m == c.n_dilations - 1;
         cudaError_t status
-            = run_conv (codec, bl.conv_in, &bl.act_in, h, batch, NULL, NULL, 0, 0, t);
+            = run_conv (codec, bl.conv_in, &bl.act_in, h, batch, frames_log2, NULL, NULL, 0, 0, t);
         if (status == cudaSuccess)
-          status = run_conv (codec, bl.conv_skip, &bl.act_skip, t, batch, h, branch, last ? j : 0,
-                             0, last ? x : branch[j]);
+          status = run_conv (codec, bl.conv_skip, &bl.act_skip, t, batch, frames_log2, h, branch,
+                             last ? j : 0, 0, last ? x : branch[j]);
         if (status != cudaSuccess)
           return status;
       }
   return cudaSuccess;
 }
 
-/* every kernel of a pass over n streams, from the latent to the samples in d_out */
+/* every kernel of a pass of 2^frames_log2 frames over n streams, from the latent
+ * ([latent_dim][frames][n]) to the samples in d_out ([n][frames · samples_per_frame]) */
 cudaError_t
-run_pass (GepardCudaCodec *codec, int n)
+run_pass (GepardCudaCodec *codec, int n, int frames_log2)
 {
   const GepardCudaCodecConfig &c = codec->config;
   float *x = codec->buffers[0];
-  cudaError_t status
-      = run_conv (codec, codec->pre_conv, NULL, codec->d_latent, n, NULL, NULL, 0, 0, x);
+  cudaError_t status = run_conv (codec, codec->pre_conv, NULL, codec->d_latent, n, frames_log2,
+                                 NULL, NULL, 0, 0, x);
   for (int i = 0; i < c.n_stages && status == cudaSuccess; i++)
-    status = run_stage (codec, codec->stages[i], x, n);
+    status = run_stage (codec, codec->stages[i], x, n, frames_log2);
   if (status != cudaSuccess)
     return status;
   float *pcm = codec->buffers[1];
-  status = run_conv (codec, codec->post_conv, &codec->post_act, x, n, NULL, NULL, 0,
+  status = run_conv (codec, codec->post_conv, &codec->post_act, x, n, frames_log2, NULL, NULL, 0,
                      c.output_tanh ? 2 : 1, pcm);
   if (status != cudaSuccess)
     return status;
-  size_t total = (size_t)c.samples_per_frame * n;
-  RETURN_IF_FAILED (launch (unbatch_kernel, blocks_for (total), 256, 0, codec->stream, pcm,
-                            c.samples_per_frame, n, codec->d_out));
+  int columns = c.samples_per_frame << frames_log2;
+  size_t total = (size_t)columns * n;
+  RETURN_IF_FAILED (launch (unbatch_kernel, blocks_for (total), 256, 0, codec->stream, pcm, columns,
+                            n, codec->d_out));
   return cudaGetLastError ();
 }
 
@@ -1208,13 +1222,15 @@ pass_streams (int n, bool bucketed)
   return (size + PASS_ALIGN - 1) / PASS_ALIGN * PASS_ALIGN;
 }
 
-/* A pass as one graph launch: its kernels depend only on the number of streams (inputs are read
- * from the same device buffers every time), so one capture per batch size serves every later
- * pass of that size. Where capture fails, passes run uncaptured from then on. */
+/* A pass as one graph launch: its kernels depend only on the number of streams and frames (inputs
+ * are read from the same device buffers every time), so one capture per batch size and frame
+ * count serves every later pass of that shape. Where capture fails, passes run uncaptured from
+ * then on. */
 cudaError_t
-run_pass_graph (GepardCudaCodec *codec, int n)
+run_pass_graph (GepardCudaCodec *codec, int n, int frames_log2)
 {
-  auto it = codec->graphs.find (n);
+  int key = n * PASS_FRAME_SIZES + frames_log2;
+  auto it = codec->graphs.find (key);
   if (it == codec->graphs.end ())
     {
       cudaGraph_t captured = NULL;
@@ -1222,7 +1238,7 @@ run_pass_graph (GepardCudaCodec *codec, int n)
       cudaError_t status = cudaStreamBeginCapture (codec->stream, cudaStreamCaptureModeThreadLocal);
       if (status != cudaSuccess)
         return status;
-      cudaError_t result = run_pass (codec, n);
+      cudaError_t result = run_pass (codec, n, frames_log2);
       status = cudaStreamEndCapture (codec->stream, &captured);
       if (result == cudaSuccess && status == cudaSuccess)
         status = cudaGraphInstantiate (&exec, captured, 0);
@@ -1232,12 +1248,12 @@ run_pass_graph (GepardCudaCodec *codec, int n)
         {
           cudaGetLastError ();
           codec->use_graphs = false;
-          return run_pass (codec, n);
+          return run_pass (codec, n, frames_log2);
         }
       /* batch sizes wander as streams come and go: bound what is kept */
-      if (codec->graphs.size () >= 128)
+      if (codec->graphs.size () >= 256)
         drop_graphs (codec);
-      it = codec->graphs.emplace (n, exec).first;
+      it = codec->graphs.emplace (key, exec).first;
     }
   return cudaGraphLaunch (it->second, codec->stream);
 }
@@ -1432,20 +1448,37 @@ gepard_cuda_codec_stream_reset (GepardCudaCodec *codec, int stream)
   codec->fresh[stream] = 1;
 }
 
+namespace
+{
+
+/* the frames (as log2) of the pass that decodes the next of `left` frames of n_pass streams: the
+ * most of 1, 2, 4 and 8 that is no more than `left` and whose columns fit the batch buffers */
+int
+pass_frames_log2 (const GepardCudaCodec *codec, int n_pass, int left)
+{
+  int f = 0;
+  while (f + 1 < PASS_FRAME_SIZES && (2 << f) <= left
+         && (size_t)(2 << f) * n_pass <= (size_t)codec->max_batch)
+    f++;
+  return f;
+}
+
+} // namespace
+
 GEPARD_CUDA_EXPORT int
 gepard_cuda_codec_decode (GepardCudaCodec *codec, const int *streams, const float *latent, int n,
-                          float *const *samples, char *message, size_t message_len)
+                          int frames, float *const *samples, char *message, size_t message_len)
 {
   Message msg = {message, message_len};
   const GepardCudaCodecConfig &c = codec->config;
-  if (n < 1)
+  if (n < 1 || frames < 1)
     return 0;
   if (n > c.max_streams)
     return msg.fail ("%d streams in one pass; the GPU codec takes at most %d", n, c.max_streams);
   CUDA_TRY (cudaSetDevice (codec->device), "Selecting the GPU");
 
   /* inputs: slots (padded with the spare slot to the pass's size), then the slots whose state
-   * starts from zero; latent as [latent_dim][padded n] */
+   * starts from zero */
   const int n_pass = pass_streams (n, codec->use_graphs);
   int n_fresh = 0;
   {
@@ -1459,16 +1492,9 @@ gepard_cuda_codec_decode (GepardCudaCodec *codec, const int *streams, const floa
           codec->fresh[streams[s]] = 0;
         }
   }
-  for (int s = 0; s < n_pass; s++)
-    for (int i = 0; i < c.latent_dim; i++)
-      codec->h_latent[(size_t)i * n_pass + s] = s < n ? latent[(size_t)s * c.latent_dim + i] : 0.0f;
   cudaStream_t stream = codec->stream;
   CUDA_TRY (cudaMemcpyAsync (codec->d_slots, codec->h_slots,
                              (size_t)(n_pass + n_fresh) * sizeof (int), cudaMemcpyHostToDevice,
-                             stream),
-            "Uploading the codec's inputs");
-  CUDA_TRY (cudaMemcpyAsync (codec->d_latent, codec->h_latent,
-                             (size_t)c.latent_dim * n_pass * sizeof (float), cudaMemcpyHostToDevice,
                              stream),
             "Uploading the codec's inputs");
   if (n_fresh > 0)
@@ -1479,30 +1505,49 @@ gepard_cuda_codec_decode (GepardCudaCodec *codec, const int *streams, const floa
                 "Decoding audio");
     }
 
-  cudaError_t status;
-  codec->blas_status = CUBLAS_STATUS_SUCCESS;
-  if (n_pass == codec->profile_batch)
+  const int spf = c.samples_per_frame;
+  for (int done = 0; done < frames;)
     {
-      /* GEPARD_CUDA_CODEC_PROFILE=N: the first pass over N streams, uncaptured, is the one a
-       * profiler started with --profile-from-start off sees */
-      codec->profile_batch = 0;
-      cudaProfilerStart ();
-      status = run_pass (codec, n_pass);
-      cudaProfilerStop ();
+      /* latent as [latent_dim][frames of this pass][padded n] */
+      const int frames_log2 = pass_frames_log2 (codec, n_pass, frames - done);
+      const int pass_frames = 1 << frames_log2;
+      for (int i = 0; i < c.latent_dim; i++)
+        for (int f = 0; f < pass_frames; f++)
+          for (int s = 0; s < n_pass; s++)
+            codec->h_latent[((size_t)i * pass_frames + f) * n_pass + s]
+                = s < n ? latent[((size_t)s * frames + done + f) * c.latent_dim + i] : 0.0f;
+      CUDA_TRY (cudaMemcpyAsync (codec->d_latent, codec->h_latent,
+                                 (size_t)c.latent_dim * pass_frames * n_pass * sizeof (float),
+                                 cudaMemcpyHostToDevice, stream),
+                "Uploading the codec's inputs");
+
+      cudaError_t status;
+      codec->blas_status = CUBLAS_STATUS_SUCCESS;
+      if (n_pass == codec->profile_batch && frames_log2 == 0)
+        {
+          /* GEPARD_CUDA_CODEC_PROFILE=N: the first one-frame pass over N streams, uncaptured, is
+           * the one a profiler started with --profile-from-start off sees */
+          codec->profile_batch = 0;
+          cudaProfilerStart ();
+          status = run_pass (codec, n_pass, 0);
+          cudaProfilerStop ();
+        }
+      else
+        status = codec->use_graphs ? run_pass_graph (codec, n_pass, frames_log2)
+                                   : run_pass (codec, n_pass, frames_log2);
+      if (status != cudaSuccess && codec->blas_status != CUBLAS_STATUS_SUCCESS)
+        return msg.fail ("Decoding audio: a cuBLAS GEMM failed: %s",
+                         codec->blas->status_string (codec->blas_status));
+      CUDA_TRY (status, "Decoding audio");
+      const size_t per_stream = (size_t)spf * pass_frames;
+      CUDA_TRY (cudaMemcpyAsync (codec->h_out, codec->d_out, per_stream * n * sizeof (float),
+                                 cudaMemcpyDeviceToHost, stream),
+                "Copying audio back");
+      CUDA_TRY (cudaStreamSynchronize (stream), "Decoding audio");
+      for (int s = 0; s < n; s++)
+        memcpy (samples[s] + (size_t)done * spf, codec->h_out + (size_t)s * per_stream,
+                per_stream * sizeof (float));
+      done += pass_frames;
     }
-  else
-    status = codec->use_graphs ? run_pass_graph (codec, n_pass) : run_pass (codec, n_pass);
-  if (status != cudaSuccess && codec->blas_status != CUBLAS_STATUS_SUCCESS)
-    return msg.fail ("Decoding audio: a cuBLAS GEMM failed: %s",
-                     codec->blas->status_string (codec->blas_status));
-  CUDA_TRY (status, "Decoding audio");
-  size_t total = (size_t)c.samples_per_frame * n;
-  CUDA_TRY (cudaMemcpyAsync (codec->h_out, codec->d_out, total * sizeof (float),
-                             cudaMemcpyDeviceToHost, stream),
-            "Copying audio back");
-  CUDA_TRY (cudaStreamSynchronize (stream), "Decoding audio");
-  for (int s = 0; s < n; s++)
-    memcpy (samples[s], codec->h_out + (size_t)s * c.samples_per_frame,
-            (size_t)c.samples_per_frame * sizeof (float));
   return 0;
 }

@@ -13,7 +13,7 @@ extern "C"
 {
 #endif
 
-#define GEPARD_CUDA_ABI_VERSION 3
+#define GEPARD_CUDA_ABI_VERSION 4
 
   typedef int (*GepardCudaAbiVersionFunc) (void);
   /* Number of usable GPUs in *n_devices and 0, or -1 with the reason in `message`. */
@@ -180,11 +180,13 @@ extern "C"
   typedef void (*GepardCudaCodecStreamFreeFunc) (GepardCudaCodec *codec, int stream);
   /* back to a zero state before the stream's next frame */
   typedef void (*GepardCudaCodecStreamResetFunc) (GepardCudaCodec *codec, int stream);
-  /* One frame for each of n distinct streams in one batched pass: latent [n][latent_dim] (the
-   * dequantized codes) → samples[i] (samples_per_frame floats each, host memory). */
+  /* `frames` frames for each of n distinct streams, in batched passes of up to 8 frames of every
+   * stream: latent [n][frames][latent_dim] (the dequantized codes) → samples[i] (frames ×
+   * samples_per_frame floats each, host memory). */
   typedef int (*GepardCudaCodecDecodeFunc) (GepardCudaCodec *codec, const int *streams,
-                                            const float *latent, int n, float *const *samples,
-                                            char *message, size_t message_len);
+                                            const float *latent, int n, int frames,
+                                            float *const *samples, char *message,
+                                            size_t message_len);
 
 #ifdef __cplusplus
 }

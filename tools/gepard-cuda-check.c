@@ -20,13 +20,16 @@
  * whole step: upload, forward, sampling on the device, copy back).
  *
  *   gepard-cuda-check codec MODEL [--frames N] [--batches 1,8,64,256,1024] [--steps N]
+ *                               [--pass-frames 1,8]
  *
  * codec: the GPU's audio decoder against the CPU codec (gepard-codec.c) on the model's codec with
  * random codes: 8 streams joining one pass after another decode N frames each, frame by frame in
  * batched passes, against each stream decoded in one shot on the CPU; reported are the largest
  * and the RMS error and the signal-to-error ratio, a stream decoded alone against the same stream
- * in the batch, and a reset stream against a fresh one. Then the time of one pass (one frame for
- * each of B streams, copied back to the host) for each B.
+ * in the batch, a reset stream against a fresh one, and the 8 streams decoded again (reset) in
+ * calls of several frames each (1, 2, 3, 5 or 8, different for each stream, so that calls mix
+ * multi-frame passes of every size with one-frame ones). Then the time of one call for each B and
+ * each F of --pass-frames (default 1): F frames for each of B streams, copied back to the host.
  *
  * Exits 77 (skipped) where no GPU can run the model. */
 #include "gepard-backend.h"
@@ -561,8 +564,43 @@ gpu_decode_staggered (GepardCompute *gpu, GepardAudioStream **streams, gint32 **
   return TRUE;
 }
 
+/* decodes every stream's frames in calls that each give every stream with frames left its next
+ * chunk: stream k's chunks cycle through 1, 2, 3, 5 and 8 frames from its own place */
+static gboolean
+gpu_decode_chunked (GepardCompute *gpu, GepardAudioStream **streams, gint32 **codes, int n,
+                    int n_frames, int spf, int latent, float **out, GError **error)
+{
+  static const int sizes[] = {1, 2, 3, 5, 8};
+  g_autofree GepardAudioStream **call_streams = g_new (GepardAudioStream *, n);
+  g_autofree const gint32 **call_codes = g_new (const gint32 *, n);
+  g_autofree float **call_out = g_new (float *, n);
+  g_autofree int *call_frames = g_new (int, n);
+  g_autofree int *done = g_new0 (int, n);
+  for (int call = 0;; call++)
+    {
+      int b = 0;
+      for (int k = 0; k < n; k++)
+        if (done[k] < n_frames)
+          {
+            int f = MIN (sizes[(call + k) % G_N_ELEMENTS (sizes)], n_frames - done[k]);
+            call_streams[b] = streams[k];
+            call_codes[b] = codes[k] + (gsize)done[k] * latent;
+            call_out[b] = out[k] + (gsize)done[k] * spf;
+            call_frames[b] = f;
+            done[k] += f;
+            b++;
+          }
+      if (b == 0)
+        return TRUE;
+      if (!gpu->funcs->decode_audio (gpu, call_streams, call_codes, call_frames, call_out, b,
+                                     error))
+        return FALSE;
+    }
+}
+
 static int
-codec_check (GepardCompute *gpu, GepardCodec *codec, GArray *batches, int n_frames, int n_steps)
+codec_check (GepardCompute *gpu, GepardCodec *codec, GArray *batches, GArray *pass_frames,
+             int n_frames, int n_steps)
 {
   const GepardCodecConfig *cc = gepard_codec_get_config (codec);
   int spf = cc->samples_per_frame, latent = cc->latent_dim;
@@ -614,6 +652,21 @@ codec_check (GepardCompute *gpu, GepardCodec *codec, GArray *batches, int n_fram
   audio_compare (&alone_vs_batch, out[0], alone, (gsize)n_frames * spf);
   audio_compare (&alone_vs_cpu, ref[0], alone, (gsize)n_frames * spf);
 
+  /* the 8 streams again from the start, in calls of several frames each */
+  for (int k = 0; k < n; k++)
+    {
+      gpu->funcs->audio_stream_reset (gpu, streams[k]);
+      memset (out[k], 0, (gsize)n_frames * spf * sizeof (float));
+    }
+  if (!gpu_decode_chunked (gpu, streams, codes, n, n_frames, spf, latent, out, &error))
+    {
+      g_printerr ("gepard-cuda-check: %s\n", error->message);
+      return 1;
+    }
+  AudioStats chunked = {0};
+  for (int k = 0; k < n; k++)
+    audio_compare (&chunked, ref[k], out[k], (gsize)n_frames * spf);
+
   /* the codec's own account of how it ran, a capture that failed included */
   g_autofree char *description = gepard_compute_cuda_describe (gpu);
   const char *as_run = strstr (description, "codec on the GPU");
@@ -630,6 +683,7 @@ codec_check (GepardCompute *gpu, GepardCodec *codec, GArray *batches, int n_fram
       {"GPU batched vs CPU", &batched},
       {"GPU alone (after reset) vs CPU", &alone_vs_cpu},
       {"GPU alone vs GPU batched", &alone_vs_batch},
+      {"GPU in multi-frame calls vs CPU", &chunked},
   };
   for (guint r = 0; r < G_N_ELEMENTS (rows); r++)
     g_print ("| %s | %.3g | %.3g | %.3g | %.1f |\n", rows[r].name, rows[r].st->max_error,
@@ -637,8 +691,10 @@ codec_check (GepardCompute *gpu, GepardCodec *codec, GArray *batches, int n_fram
              sqrt (rows[r].st->sum_sq_signal / rows[r].st->n), audio_snr_db (rows[r].st));
   gboolean ok = pedantic ? batched.max_error <= CODEC_PEDANTIC_MAX_ERROR
                                && alone_vs_cpu.max_error <= CODEC_PEDANTIC_MAX_ERROR
+                               && chunked.max_error <= CODEC_PEDANTIC_MAX_ERROR
                          : audio_snr_db (&batched) >= CODEC_MIN_SNR_DB
-                               && audio_snr_db (&alone_vs_cpu) >= CODEC_MIN_SNR_DB;
+                               && audio_snr_db (&alone_vs_cpu) >= CODEC_MIN_SNR_DB
+                               && audio_snr_db (&chunked) >= CODEC_MIN_SNR_DB;
   g_print ("codec parity: %s (%s)\n\n", ok ? "PASS" : "FAIL",
            pedantic ? "max error ≤ 1e-4" : "SNR ≥ 50 dB");
   if (!ok)
@@ -651,50 +707,52 @@ codec_check (GepardCompute *gpu, GepardCodec *codec, GArray *batches, int n_fram
       g_free (out[k]);
     }
 
-  /* time of one pass for B streams */
-  g_print ("| B | ms/pass p50 | p90 | min | frames/s | x real time |\n|---|---|---|---|---|---|\n");
+  /* time of one call, F frames for each of B streams */
+  g_print ("| B | F | ms/call p50 | p90 | min | frames/s | x real time |\n"
+           "|---|---|---|---|---|---|---|\n");
   for (guint bi = 0; bi < batches->len; bi++)
-    {
-      int batch = g_array_index (batches, int, bi);
-      g_autofree GepardAudioStream **bs = g_new0 (GepardAudioStream *, batch);
-      g_autofree const gint32 **bc = g_new (const gint32 *, batch);
-      g_autofree float **bo = g_new (float *, batch);
-      g_autofree int *ones = g_new (int, batch);
-      g_autofree gint32 *all_codes = g_new (gint32, (gsize)batch * latent);
-      g_autofree float *all_out = g_new (float, (gsize)batch *spf);
-      g_autofree double *times = g_new (double, n_steps);
-      gboolean good = TRUE;
-      random_codes (rand, cc, all_codes, batch);
-      for (int k = 0; k < batch && good; k++)
-        {
-          good = (bs[k] = gpu->funcs->audio_stream_new (gpu, &error)) != NULL;
-          bc[k] = all_codes + (gsize)k * latent;
-          bo[k] = all_out + (gsize)k * spf;
-          ones[k] = 1;
-        }
-      for (int step = 0; step < n_steps + 3 && good; step++)
-        {
-          gint64 start_us = g_get_monotonic_time ();
-          good = gpu->funcs->decode_audio (gpu, bs, bc, ones, bo, batch, &error);
-          if (step >= 3)
-            times[step - 3] = (g_get_monotonic_time () - start_us) / 1e3;
-        }
-      for (int k = 0; k < batch; k++)
-        if (bs[k] != NULL)
-          gpu->funcs->audio_stream_free (gpu, bs[k]);
-      if (!good)
-        {
-          g_printerr ("gepard-cuda-check: B %d: %s\n", batch, error->message);
-          g_clear_error (&error);
-          status = 1;
-          continue;
-        }
-      qsort (times, n_steps, sizeof (double), compare_double);
-      double p50 = times[n_steps / 2], fps = batch / (p50 / 1e3);
-      g_print ("| %d | %.3f | %.3f | %.3f | %.0f | %.0f |\n", batch, p50,
-               times[MIN (n_steps - 1, n_steps * 9 / 10)], times[0], fps,
-               fps * spf / cc->sample_rate);
-    }
+    for (guint fi = 0; fi < pass_frames->len; fi++)
+      {
+        int batch = g_array_index (batches, int, bi), frames = g_array_index (pass_frames, int, fi);
+        g_autofree GepardAudioStream **bs = g_new0 (GepardAudioStream *, batch);
+        g_autofree const gint32 **bc = g_new (const gint32 *, batch);
+        g_autofree float **bo = g_new (float *, batch);
+        g_autofree int *counts = g_new (int, batch);
+        g_autofree gint32 *all_codes = g_new (gint32, (gsize)batch * frames * latent);
+        g_autofree float *all_out = g_new (float, (gsize)batch *frames *spf);
+        g_autofree double *times = g_new (double, n_steps);
+        gboolean good = TRUE;
+        random_codes (rand, cc, all_codes, batch * frames);
+        for (int k = 0; k < batch && good; k++)
+          {
+            good = (bs[k] = gpu->funcs->audio_stream_new (gpu, &error)) != NULL;
+            bc[k] = all_codes + (gsize)k * frames * latent;
+            bo[k] = all_out + (gsize)k * frames * spf;
+            counts[k] = frames;
+          }
+        for (int step = 0; step < n_steps + 3 && good; step++)
+          {
+            gint64 start_us = g_get_monotonic_time ();
+            good = gpu->funcs->decode_audio (gpu, bs, bc, counts, bo, batch, &error);
+            if (step >= 3)
+              times[step - 3] = (g_get_monotonic_time () - start_us) / 1e3;
+          }
+        for (int k = 0; k < batch; k++)
+          if (bs[k] != NULL)
+            gpu->funcs->audio_stream_free (gpu, bs[k]);
+        if (!good)
+          {
+            g_printerr ("gepard-cuda-check: B %d, F %d: %s\n", batch, frames, error->message);
+            g_clear_error (&error);
+            status = 1;
+            continue;
+          }
+        qsort (times, n_steps, sizeof (double), compare_double);
+        double p50 = times[n_steps / 2], fps = (double)batch * frames / (p50 / 1e3);
+        g_print ("| %d | %d | %.3f | %.3f | %.3f | %.0f | %.0f |\n", batch, frames, p50,
+                 times[MIN (n_steps - 1, n_steps * 9 / 10)], times[0], fps,
+                 fps * spf / cc->sample_rate);
+      }
   g_rand_free (rand);
   return status;
 }
@@ -703,7 +761,7 @@ int
 main (int argc, char **argv)
 {
   int n_frames = 50, n_steps = 20;
-  g_autofree char *batches_text = NULL, *contexts_text = NULL;
+  g_autofree char *batches_text = NULL, *contexts_text = NULL, *pass_frames_text = NULL;
   GOptionEntry entries[] = {
       {"frames", 0, 0, G_OPTION_ARG_INT, &n_frames, "parity: frames per sequence (50)", "N"},
       {"batches", 0, 0, G_OPTION_ARG_STRING, &batches_text,
@@ -711,6 +769,8 @@ main (int argc, char **argv)
       {"contexts", 0, 0, G_OPTION_ARG_STRING, &contexts_text, "bench: prompt lengths (64,1024)",
        "LIST"},
       {"steps", 0, 0, G_OPTION_ARG_INT, &n_steps, "bench: timed decode steps (20)", "N"},
+      {"pass-frames", 0, 0, G_OPTION_ARG_STRING, &pass_frames_text,
+       "codec: frames of each stream per timed call (1)", "LIST"},
       {NULL},
   };
   g_autoptr (GError) error = NULL;
@@ -783,7 +843,8 @@ main (int argc, char **argv)
                                            : is_bench   ? "1,8,64,256"
                                                         : "1,8");
   g_autoptr (GArray) contexts = parse_list (contexts_text ? contexts_text : "64,1024");
-  int status = is_codec   ? codec_check (gpu, codec, batches, n_frames, n_steps)
+  g_autoptr (GArray) pass_frames = parse_list (pass_frames_text ? pass_frames_text : "1");
+  int status = is_codec   ? codec_check (gpu, codec, batches, pass_frames, n_frames, n_steps)
                : is_bench ? bench (&ctx, batches, contexts, n_steps)
                           : parity (&ctx, batches, n_frames);
   gepard_compute_free (gpu);

@@ -115,7 +115,8 @@ EOF
   for gemm in $gemms; do
     step "codec parity and pass time, published codec shapes, GEMMs: $gemm"
     GEPARD_CUDA_CODEC_GEMM=$gemm timeout 300 "$bin/tools/gepard-cuda-check" codec \
-      "$models/g1-codec" --frames 12 --batches "${GEPARD_CODEC_BATCHES:-1,8,32,128,256,512,1024}"
+      "$models/g1-codec" --frames 12 --batches "${GEPARD_CODEC_BATCHES:-1,8,32,128,256,512,1024}" \
+      --pass-frames "${GEPARD_CODEC_PASS_FRAMES:-1,2,8}"
     echo "exit $?"
   done
   GEPARD_CUDA_CODEC_PEDANTIC=1 timeout 200 "$bin/tools/gepard-cuda-check" codec \
