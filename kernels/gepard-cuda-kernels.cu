@@ -230,7 +230,8 @@ final_norm_kernel (const float *x, const gbf16 *residual, const GepardStepSeq *s
   double s = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x)
     {
-      float v = h[i] = bf16r (x[row * n + i] + ld (residual + row * n + i));
+      float v = h[i] = residual != NULL ? bf16r (x[row * n + i] + ld (residual + row * n + i))
+                                        : x[row * n + i];
       s += (double)v * v;
     }
   float r = inverse_rms (block_sum (s, scratch), n, eps);
@@ -559,6 +560,126 @@ gepard_launch_silu_mul (cudaStream_t stream, const gbf16 *gate_up, int n_rows, i
   size_t n = (size_t)n_rows * intermediate;
   return launch (silu_mul_kernel, (unsigned)((n + 255) / 256), 256, 0, stream, gate_up, n,
                  intermediate, out);
+}
+
+/* ---- products of a few rows (decode steps of up to GEPARD_GEMV_MAX_ROWS sequences) ---- */
+
+/* the 8 bf16 of a 16-byte word as floats */
+__device__ __forceinline__ void
+unpack8 (uint4 v, float *f)
+{
+  const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+    {
+      f[2 * i] = __uint_as_float (words[i] << 16);
+      f[2 * i + 1] = __uint_as_float (words[i] & 0xffff0000u);
+    }
+}
+
+/* a weight word: read once per step, so kept out of L1 */
+__device__ __forceinline__ uint4
+load_weights (const uint4 *p)
+{
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+/* acc[r] += w_row · x[r] over `in` columns (a multiple of 8), this lane's share: 16-byte words
+ * lane, lane + 32, … */
+__device__ __forceinline__ void
+dot_rows (const gbf16 *w_row, const gbf16 *x, int rows, int in, float *acc)
+{
+  const int lane = threadIdx.x % WARP, words = in / 8;
+  const uint4 *wv = reinterpret_cast<const uint4 *> (w_row);
+#pragma unroll 4
+  for (int k = lane; k < words; k += WARP)
+    {
+      float wf[8];
+      unpack8 (load_weights (wv + k), wf);
+#pragma unroll
+      for (int r = 0; r < GEPARD_GEMV_MAX_ROWS; r++)
+        if (r < rows)
+          {
+            float xf[8];
+            unpack8 (__ldg (reinterpret_cast<const uint4 *> (x + (size_t)r * in) + k), xf);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+              acc[r] = fmaf (wf[i], xf[i], acc[r]);
+          }
+    }
+#pragma unroll
+  for (int r = 0; r < GEPARD_GEMV_MAX_ROWS; r++)
+    if (r < rows)
+      acc[r] = warp_sum (acc[r]);
+}
+
+/* y[r][o] = Σ_i x[r][i] · w[o][i] for rows ≤ GEPARD_GEMV_MAX_ROWS, one warp per output o, summed
+ * in fp32 (the GEMM's products, for the few rows of a decode step, without cuBLAS's tiles), then
+ * by `mode`: GEPARD_GEMV_BF16 y in bf16 (as the GEMM would store it); GEPARD_GEMV_F32 y in fp32;
+ * GEPARD_GEMV_RESIDUAL the bf16 product added to the residual stream x_res (fp32) and rounded
+ * there, as rms_norm_kernel adds its residual; GEPARD_GEMV_SWIGLU outputs o < out/2 only, the gate
+ * row o and the up row out/2 + o each rounded to bf16, then silu_mul_kernel's arithmetic. */
+template <int MODE>
+__global__ void
+gemv_kernel (const gbf16 *w, const gbf16 *x, int rows, int out, int in, void *y, float *x_res)
+{
+  const int o = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+  const int n_outputs = MODE == GEPARD_GEMV_SWIGLU ? out / 2 : out;
+  if (o >= n_outputs)
+    return;
+  float acc[GEPARD_GEMV_MAX_ROWS] = {};
+  dot_rows (w + (size_t)o * in, x, rows, in, acc);
+  float up[GEPARD_GEMV_MAX_ROWS] = {};
+  if (MODE == GEPARD_GEMV_SWIGLU)
+    dot_rows (w + (size_t)(n_outputs + o) * in, x, rows, in, up);
+  if (threadIdx.x % WARP != 0)
+    return;
+#pragma unroll
+  for (int r = 0; r < GEPARD_GEMV_MAX_ROWS; r++)
+    if (r < rows)
+      {
+        size_t at = (size_t)r * n_outputs + o;
+        if (MODE == GEPARD_GEMV_F32)
+          ((float *)y)[at] = acc[r];
+        else if (MODE == GEPARD_GEMV_BF16)
+          ((gbf16 *)y)[at] = __float2bfloat16_rn (acc[r]);
+        else if (MODE == GEPARD_GEMV_RESIDUAL)
+          x_res[at] = bf16r (x_res[at] + bf16r (acc[r]));
+        else
+          {
+            float g = bf16r (acc[r]), u = bf16r (up[r]);
+            float s = bf16r (g / (1.0f + expf (-g)));
+            ((gbf16 *)y)[at] = __float2bfloat16_rn (s * u);
+          }
+      }
+}
+
+cudaError_t
+gepard_launch_gemv (cudaStream_t stream, GepardGemvMode mode, const gbf16 *w, const gbf16 *x,
+                    int rows, int out, int in, void *y, float *x_res)
+{
+  const int warps = 8, n_outputs = mode == GEPARD_GEMV_SWIGLU ? out / 2 : out;
+  unsigned blocks = (unsigned)((n_outputs + warps - 1) / warps);
+  switch (mode)
+    {
+    case GEPARD_GEMV_BF16:
+      return launch (gemv_kernel<GEPARD_GEMV_BF16>, blocks, warps * WARP, 0, stream, w, x, rows,
+                     out, in, y, x_res);
+    case GEPARD_GEMV_F32:
+      return launch (gemv_kernel<GEPARD_GEMV_F32>, blocks, warps * WARP, 0, stream, w, x, rows, out,
+                     in, y, x_res);
+    case GEPARD_GEMV_RESIDUAL:
+      return launch (gemv_kernel<GEPARD_GEMV_RESIDUAL>, blocks, warps * WARP, 0, stream, w, x, rows,
+                     out, in, y, x_res);
+    case GEPARD_GEMV_SWIGLU:
+      return launch (gemv_kernel<GEPARD_GEMV_SWIGLU>, blocks, warps * WARP, 0, stream, w, x, rows,
+                     out, in, y, x_res);
+    }
+  return cudaErrorInvalidValue;
 }
 
 /* ---- sampling (§3.4), the arithmetic of gepard-generate.c ---- */

@@ -257,6 +257,9 @@ struct _GepardCudaModel
   void *blas_workspace;
 
   bool use_graphs;
+  /* steps of up to GEPARD_GEMV_MAX_ROWS rows run their products in the few-row kernels (every
+   * matrix's row length a multiple of 8; GEPARD_CUDA_GEMV=0 turns them off) */
+  bool gemv;
   std::vector<Graph> graphs;
   unsigned long long graph_clock;
   cublasComputeType_t compute_type;
@@ -676,6 +679,10 @@ model_init (GepardCudaModel *m, int device, const GepardCudaModelConfig *c,
   const char *pedantic = getenv ("GEPARD_CUDA_GEMM_PEDANTIC");
   m->compute_type = pedantic != NULL && strcmp (pedantic, "1") == 0 ? CUBLAS_COMPUTE_32F_PEDANTIC
                                                                     : CUBLAS_COMPUTE_32F;
+  const char *gemv = getenv ("GEPARD_CUDA_GEMV");
+  m->gemv = (gemv == NULL || strcmp (gemv, "0") != 0) && c->hidden_size % 8 == 0
+            && (c->n_q_heads * c->head_dim) % 8 == 0 && c->intermediate_size % 8 == 0
+            && (c->n_audio_heads * c->audio_embed_dim) % 8 == 0;
 
   if (load_weights (m, c, lookup, user_data, msg) != 0)
     return -1;
@@ -870,6 +877,10 @@ run_step (GepardCudaModel *m, const MetaLayout &lay, int n, int rows, int frames
   const GepardStepRow *row_meta = (const GepardStepRow *)(m->d_meta + lay.rows);
   GepardKvView kv = {m->kv_pool, m->block_elems, m->layer_elems,
                      (const int *)(m->d_meta + lay.block_tables), m->max_blocks};
+  /* a step of a few rows (decodes of a few sequences) is bound by kernel latency: its products
+   * run in the few-row kernels, which also add the attention's and the MLP's outputs to the
+   * residual stream and run SwiGLU, so the norms after them have nothing left to add */
+  const bool few = m->gemv && rows <= GEPARD_GEMV_MAX_ROWS;
 
   CUDA_TRY (gepard_launch_embed_rows (st, row_meta, rows, m->embed,
                                       (const float *)(m->d_meta + lay.prefix), h, m->x),
@@ -881,11 +892,21 @@ run_step (GepardCudaModel *m, const MetaLayout &lay, int n, int rows, int frames
                                             frames, m->n_heads, m->head_offsets, m->audio_table,
                                             m->embed_dim, m->frame_in),
                 "Embedding frames");
-      BLAS_TRY (gemm (m, m->proj0, m->frame_in, m->frame_acc, CUDA_R_32F, frames, h,
-                      m->n_heads * m->embed_dim));
+      if (few)
+        CUDA_TRY (gepard_launch_gemv (st, GEPARD_GEMV_F32, m->proj0, m->frame_in, frames, h,
+                                      m->n_heads * m->embed_dim, m->frame_acc, NULL),
+                  "Embedding frames");
+      else
+        BLAS_TRY (gemm (m, m->proj0, m->frame_in, m->frame_acc, CUDA_R_32F, frames, h,
+                        m->n_heads * m->embed_dim));
       CUDA_TRY (gepard_launch_bias_gelu (st, m->frame_acc, m->proj0_bias, frames, h, m->frame_mid),
                 "Embedding frames");
-      BLAS_TRY (gemm (m, m->proj2, m->frame_mid, m->frame_acc, CUDA_R_32F, frames, h, h));
+      if (few)
+        CUDA_TRY (gepard_launch_gemv (st, GEPARD_GEMV_F32, m->proj2, m->frame_mid, frames, h, h,
+                                      m->frame_acc, NULL),
+                  "Embedding frames");
+      else
+        BLAS_TRY (gemm (m, m->proj2, m->frame_mid, m->frame_acc, CUDA_R_32F, frames, h, h));
       CUDA_TRY (gepard_launch_bias_layer_norm (st, m->frame_acc, m->proj2_bias, m->audio_scale,
                                                (const int *)(m->d_meta + lay.frame_rows), frames, h,
                                                m->x),
@@ -895,28 +916,58 @@ run_step (GepardCudaModel *m, const MetaLayout &lay, int n, int rows, int frames
   for (int l = 0; l < m->n_layers; l++)
     {
       const Layer &L = m->layers[l];
-      /* the previous layer's MLP output joins the residual stream inside the norm */
-      CUDA_TRY (gepard_launch_rms_norm (st, m->x, l == 0 ? NULL : m->y, L.input_scale, rows, h,
-                                        d.eps, m->u),
+      /* the previous layer's MLP output joins the residual stream inside the norm (in a few-row
+       * step, the down product has added it already) */
+      CUDA_TRY (gepard_launch_rms_norm (st, m->x, l == 0 || few ? NULL : m->y, L.input_scale, rows,
+                                        h, d.eps, m->u),
                 "RMSNorm");
-      BLAS_TRY (gemm (m, L.qkv, m->u, m->qkv, CUDA_R_16BF, rows, qkv_width, h));
+      if (few)
+        CUDA_TRY (gepard_launch_gemv (st, GEPARD_GEMV_BF16, L.qkv, m->u, rows, qkv_width, h, m->qkv,
+                                      NULL),
+                  "q/k/v products");
+      else
+        BLAS_TRY (gemm (m, L.qkv, m->u, m->qkv, CUDA_R_16BF, rows, qkv_width, h));
       CUDA_TRY (gepard_launch_qk_norm_rope (st, m->qkv, row_meta, rows, &d, L.q_scale, L.k_scale,
                                             m->rope_table, kv, l),
                 "q/k norm and RoPE");
       CUDA_TRY (
           gepard_launch_attention (st, m->qkv, row_meta, rows, &d, kv, l, max_visible, m->attn),
           "Attention");
-      BLAS_TRY (gemm (m, L.o, m->attn, m->y, CUDA_R_16BF, rows, h, nq * hd));
-      CUDA_TRY (gepard_launch_rms_norm (st, m->x, m->y, L.post_scale, rows, h, d.eps, m->u),
-                "RMSNorm");
-      BLAS_TRY (gemm (m, L.gate_up, m->u, m->gate_up, CUDA_R_16BF, rows, 2 * m->intermediate, h));
-      CUDA_TRY (gepard_launch_silu_mul (st, m->gate_up, rows, m->intermediate, m->act), "SwiGLU");
-      BLAS_TRY (gemm (m, L.down, m->act, m->y, CUDA_R_16BF, rows, h, m->intermediate));
+      if (few)
+        {
+          CUDA_TRY (gepard_launch_gemv (st, GEPARD_GEMV_RESIDUAL, L.o, m->attn, rows, h, nq * hd,
+                                        NULL, m->x),
+                    "Output product");
+          CUDA_TRY (gepard_launch_rms_norm (st, m->x, NULL, L.post_scale, rows, h, d.eps, m->u),
+                    "RMSNorm");
+          CUDA_TRY (gepard_launch_gemv (st, GEPARD_GEMV_SWIGLU, L.gate_up, m->u, rows,
+                                        2 * m->intermediate, h, m->act, NULL),
+                    "SwiGLU");
+          CUDA_TRY (gepard_launch_gemv (st, GEPARD_GEMV_RESIDUAL, L.down, m->act, rows, h,
+                                        m->intermediate, NULL, m->x),
+                    "Down product");
+        }
+      else
+        {
+          BLAS_TRY (gemm (m, L.o, m->attn, m->y, CUDA_R_16BF, rows, h, nq * hd));
+          CUDA_TRY (gepard_launch_rms_norm (st, m->x, m->y, L.post_scale, rows, h, d.eps, m->u),
+                    "RMSNorm");
+          BLAS_TRY (
+              gemm (m, L.gate_up, m->u, m->gate_up, CUDA_R_16BF, rows, 2 * m->intermediate, h));
+          CUDA_TRY (gepard_launch_silu_mul (st, m->gate_up, rows, m->intermediate, m->act),
+                    "SwiGLU");
+          BLAS_TRY (gemm (m, L.down, m->act, m->y, CUDA_R_16BF, rows, h, m->intermediate));
+        }
     }
-  CUDA_TRY (
-      gepard_launch_final_norm (st, m->x, m->y, seqs, n, m->final_scale, h, d.eps, m->hidden_last),
-      "Final norm");
-  BLAS_TRY (gemm (m, m->heads, m->hidden_last, m->head_acc, CUDA_R_32F, n, m->acc_stride, h));
+  CUDA_TRY (gepard_launch_final_norm (st, m->x, few ? NULL : m->y, seqs, n, m->final_scale, h,
+                                      d.eps, m->hidden_last),
+            "Final norm");
+  if (few)
+    CUDA_TRY (gepard_launch_gemv (st, GEPARD_GEMV_F32, m->heads, m->hidden_last, n, m->acc_stride,
+                                  h, m->head_acc, NULL),
+              "Heads");
+  else
+    BLAS_TRY (gemm (m, m->heads, m->hidden_last, m->head_acc, CUDA_R_32F, n, m->acc_stride, h));
   int32_t *codes = (int32_t *)m->d_out;
   float *stops = (float *)(codes + (size_t)n * m->n_heads);
   float *logits = stops + n;

@@ -179,6 +179,7 @@ cudaError_t gepard_launch_bias_layer_norm (cudaStream_t stream, const float *acc
                                            float *x);
 cudaError_t gepard_launch_rms_norm (cudaStream_t stream, float *x, const gbf16 *residual,
                                     const float *scale, int n_rows, int n, float eps, gbf16 *out);
+/* residual may be NULL where the last product already joined x (GEPARD_GEMV_RESIDUAL) */
 cudaError_t gepard_launch_final_norm (cudaStream_t stream, float *x, const gbf16 *residual,
                                       const GepardStepSeq *seqs, int n_seqs, const float *scale,
                                       int n, float eps, gbf16 *out);
@@ -196,6 +197,19 @@ cudaError_t gepard_launch_attention (cudaStream_t stream, const gbf16 *qkv,
                                      GepardKvView kv, int layer, int max_visible, gbf16 *out);
 cudaError_t gepard_launch_silu_mul (cudaStream_t stream, const gbf16 *gate_up, int n_rows,
                                     int intermediate, gbf16 *out);
+/* Products of at most GEPARD_GEMV_MAX_ROWS rows, y = x · wᵀ (w [out][in] bf16, x [rows][in]
+ * bf16, row-major like the GEMMs they stand in for; `in` a multiple of 8 and both on 16 bytes),
+ * one warp per output, with the step's next elementwise work folded in by `mode`. */
+#define GEPARD_GEMV_MAX_ROWS 8
+typedef enum
+{
+  GEPARD_GEMV_BF16,     /* y [rows][out] bf16 */
+  GEPARD_GEMV_F32,      /* y [rows][out] fp32 */
+  GEPARD_GEMV_RESIDUAL, /* x_res [rows][out] += the bf16 product, rounded to bf16 (no y) */
+  GEPARD_GEMV_SWIGLU,   /* y [rows][out/2] = silu(gate) · up, w's rows gate then up */
+} GepardGemvMode;
+cudaError_t gepard_launch_gemv (cudaStream_t stream, GepardGemvMode mode, const gbf16 *w,
+                                const gbf16 *x, int rows, int out, int in, void *y, float *x_res);
 /* heads' bias and bf16 rounding, then §3.4 sampling for each sequence */
 cudaError_t gepard_launch_sample (cudaStream_t stream, const float *acc, int acc_stride,
                                   const float *bias, const GepardStepSeq *seqs, int n_seqs,

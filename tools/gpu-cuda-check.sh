@@ -2,7 +2,8 @@
 # The CUDA backend on a GPU host: gepard-cuda-check parity (CPU reference against the GPU, greedy
 # and sampled generation in lockstep) on fresh random test models — the tiny preset and the
 # gepard-1.0 shapes — a compute-sanitizer pass over a small run, then the decode step time for
-# B = 1, 8, 64, 256 with and without CUDA graphs. `gpu-cuda-check.sh diag` instead runs the
+# B = 1, 8, 64, 256 with and without CUDA graphs (and for B = 1, 8 with the few-row products
+# through cuBLAS instead, GEPARD_CUDA_GEMV=0). `gpu-cuda-check.sh diag` instead runs the
 # parity with the GEMMs summed without tensor cores, and profiles a batch-1 decode with ncu.
 # `gpu-cuda-check.sh codec` checks the GPU's audio decoder against the CPU codec (tiny and
 # published codec shapes, plain fp32 sums and each GEMM of GEPARD_CODEC_GEMMS: the own TF32 kernel,
@@ -192,6 +193,10 @@ for layers in 2 14; do
 done
 step "decode step time, gepard-1.0 shapes"
 timeout 200 "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1,8,64,256 \
+  --contexts 64,1024 --steps 20
+echo "exit $?"
+step "decode step time, gepard-1.0 shapes, few-row steps through cuBLAS (GEPARD_CUDA_GEMV=0)"
+GEPARD_CUDA_GEMV=0 timeout 200 "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1,8 \
   --contexts 64,1024 --steps 20
 echo "exit $?"
 step "decode step time, gepard-1.0 shapes, without CUDA graphs"
