@@ -13,16 +13,52 @@
 # with the codec pass beside each LM step and, for comparison, after it (GEPARD_CODEC_ENGINE=0
 # skips both).
 #
-# The host needs no build tools: binaries built elsewhere are copied to $GEPARD_PREFIX/build
-# (default device-prefix/build: kernels/libgepard-cuda.so, gepard-core/libgepard.so,
-# tools/gepard-make-test-model, tools/gepard-cuda-check, tests/test-backend) and the runtime
-# libraries the host lacks are unpacked from $GEPARD_PREFIX/debs. Logs go to $OUT (default
-# build/gpu-cuda-check).
+# The host needs no build tools: `gpu-cuda-check.sh pack`, run here after a build
+# (GEPARD_BUILD_DIR, default build), copies the binaries to $GEPARD_PREFIX/build (default
+# device-prefix/build: kernels/libgepard-cuda.so, gepard-core/libgepard.so, tools/gepard-bench,
+# tools/gepard-make-test-model, tools/gepard-cuda-check, tests/test-backend) and downloads the
+# Debian packages of the libraries they load into $GEPARD_PREFIX/debs (those they name
+# themselves: GLib, json-glib, OpenBLAS, libsoup) and debs/fallback (what those load in turn);
+# on the host the first are unpacked, the others only where the host lacks one of them. Logs go
+# to $OUT (default build/gpu-cuda-check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 prefix=${GEPARD_PREFIX:-$PWD/device-prefix}
 bin=$prefix/build
+
+if [ "${1:-}" = pack ]; then
+  set -e
+  build=${GEPARD_BUILD_DIR:-build}
+  files=(kernels/libgepard-cuda.so gepard-core/libgepard.so tools/gepard-bench
+    tools/gepard-make-test-model tools/gepard-cuda-check tests/test-backend)
+  rm -rf "$bin" "$prefix/debs"
+  mkdir -p "$prefix/debs/fallback"
+  for f in "${files[@]}"; do install -D "$build/$f" "$bin/$f"; done
+  # the Debian package of each library path on standard input, the C and C++ runtimes left out
+  packages_of() {
+    while read -r lib; do
+      dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true
+    done | cut -d: -f1 | sort -u | grep -v -x -E 'libc6|libgcc-s1|libstdc\+\+6|zlib1g' || true
+  }
+  paths=$(for f in "${files[@]}"; do ldd "$build/$f"; done | awk '$3 ~ /^\// {print $1, $3}' | sort -u)
+  needed=$(for f in "${files[@]}"; do readelf -d "$build/$f"; done | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' \
+    | sort -u)
+  direct=$(awk 'NR == FNR { want[$1] = 1; next } ($1 in want) { print $2 }' <(echo "$needed") \
+    <(echo "$paths") | packages_of)
+  closure=$(awk '{ print $2 }' <<<"$paths" | packages_of)
+  rest=$(comm -13 <(echo "$direct") <(echo "$closure"))
+  # (apt's note that it downloads unsandboxed, as root, is left out)
+  # shellcheck disable=SC2086 # one word per package
+  (cd "$prefix/debs" && apt-get download $direct 2>&1 >/dev/null | grep -v unsandboxed) || true
+  # shellcheck disable=SC2086
+  (cd "$prefix/debs/fallback" && apt-get download $rest 2>&1 >/dev/null | grep -v unsandboxed) || true
+  for p in $direct; do ls "$prefix/debs/${p}_"*.deb >/dev/null; done
+  for p in $rest; do ls "$prefix/debs/fallback/${p}_"*.deb >/dev/null; done
+  echo "packed into $prefix: $(wc -w <<<"$direct") packages, $(wc -w <<<"$rest") fallback," \
+    "$(du -sh "$prefix" | cut -f1)"
+  exit 0
+fi
 out=${OUT:-$PWD/build/gpu-cuda-check}
 models=${GEPARD_CHECK_MODELS:-/tmp/gepard-check-models}
 libs=/tmp/gepard-check-libs
