@@ -589,7 +589,8 @@ load_weights (const uint4 *p)
 }
 
 /* acc[r] += w_row · x[r] over `in` columns (a multiple of 8), this lane's share: 16-byte words
- * lane, lane + 32, … */
+ * lane, lane + 32, …; x in shared memory (SHARED) or global */
+template <bool SHARED>
 __device__ __forceinline__ void
 dot_rows (const gbf16 *w_row, const gbf16 *x, int rows, int in, float *acc)
 {
@@ -604,8 +605,9 @@ dot_rows (const gbf16 *w_row, const gbf16 *x, int rows, int in, float *acc)
       for (int r = 0; r < GEPARD_GEMV_MAX_ROWS; r++)
         if (r < rows)
           {
+            const uint4 *xv = reinterpret_cast<const uint4 *> (x + (size_t)r * in) + k;
             float xf[8];
-            unpack8 (__ldg (reinterpret_cast<const uint4 *> (x + (size_t)r * in) + k), xf);
+            unpack8 (SHARED ? *xv : __ldg (xv), xf);
 #pragma unroll
             for (int i = 0; i < 8; i++)
               acc[r] = fmaf (wf[i], xf[i], acc[r]);
@@ -617,69 +619,126 @@ dot_rows (const gbf16 *w_row, const gbf16 *x, int rows, int in, float *acc)
       acc[r] = warp_sum (acc[r]);
 }
 
+struct GemvArgs
+{
+  const gbf16 *w; /* [out][in] */
+  const gbf16 *x; /* [rows][in], or NULL where the kernel normalizes norm_x itself */
+  /* with NORM: x = RMSNorm(norm_x [rows][in]) · norm_scale, rms_norm_kernel's arithmetic */
+  const float *norm_x;
+  const float *norm_scale;
+  float eps;
+  int rows, out, in;
+  void *y;
+  float *x_res;
+};
+
+constexpr int GEMV_WARPS = 8;
+constexpr int GEMV_THREADS = GEMV_WARPS * WARP;
+
 /* y[r][o] = Σ_i x[r][i] · w[o][i] for rows ≤ GEPARD_GEMV_MAX_ROWS, one warp per output o, summed
  * in fp32 (the GEMM's products, for the few rows of a decode step, without cuBLAS's tiles), then
- * by `mode`: GEPARD_GEMV_BF16 y in bf16 (as the GEMM would store it); GEPARD_GEMV_F32 y in fp32;
+ * by `MODE`: GEPARD_GEMV_BF16 y in bf16 (as the GEMM would store it); GEPARD_GEMV_F32 y in fp32;
  * GEPARD_GEMV_RESIDUAL the bf16 product added to the residual stream x_res (fp32) and rounded
  * there, as rms_norm_kernel adds its residual; GEPARD_GEMV_SWIGLU outputs o < out/2 only, the gate
- * row o and the up row out/2 + o each rounded to bf16, then silu_mul_kernel's arithmetic. */
-template <int MODE>
+ * row o and the up row out/2 + o each rounded to bf16, then silu_mul_kernel's arithmetic.
+ * With NORM, each block first normalizes the rows of norm_x into shared memory exactly as
+ * rms_norm_kernel would (the same 256 threads and order of sums, so the same bits), in place of
+ * a norm kernel before it. */
+template <int MODE, bool NORM>
 __global__ void
-gemv_kernel (const gbf16 *w, const gbf16 *x, int rows, int out, int in, void *y, float *x_res)
+__launch_bounds__ (GEMV_THREADS) gemv_kernel (const __grid_constant__ GemvArgs a)
 {
-  const int o = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-  const int n_outputs = MODE == GEPARD_GEMV_SWIGLU ? out / 2 : out;
+  extern __shared__ __align__ (16) unsigned char gemv_shared[];
+  const gbf16 *x = a.x;
+  if (NORM)
+    {
+      __shared__ double scratch[WARP];
+      gbf16 *normed = reinterpret_cast<gbf16 *> (gemv_shared);
+      for (int r = 0; r < a.rows; r++)
+        {
+          const float *row = a.norm_x + (size_t)r * a.in;
+          double s = 0;
+          for (int i = threadIdx.x; i < a.in; i += blockDim.x)
+            {
+              float v = row[i];
+              s += (double)v * v;
+            }
+          float inv = inverse_rms (block_sum (s, scratch), a.in, a.eps);
+          for (int i = threadIdx.x; i < a.in; i += blockDim.x)
+            normed[(size_t)r * a.in + i] = __float2bfloat16_rn ((row[i] * inv) * a.norm_scale[i]);
+        }
+      __syncthreads ();
+      x = normed;
+    }
+  const int o = blockIdx.x * GEMV_WARPS + threadIdx.x / WARP;
+  const int n_outputs = MODE == GEPARD_GEMV_SWIGLU ? a.out / 2 : a.out;
   if (o >= n_outputs)
     return;
   float acc[GEPARD_GEMV_MAX_ROWS] = {};
-  dot_rows (w + (size_t)o * in, x, rows, in, acc);
+  dot_rows<NORM> (a.w + (size_t)o * a.in, x, a.rows, a.in, acc);
   float up[GEPARD_GEMV_MAX_ROWS] = {};
   if (MODE == GEPARD_GEMV_SWIGLU)
-    dot_rows (w + (size_t)(n_outputs + o) * in, x, rows, in, up);
+    dot_rows<NORM> (a.w + (size_t)(n_outputs + o) * a.in, x, a.rows, a.in, up);
   if (threadIdx.x % WARP != 0)
     return;
 #pragma unroll
   for (int r = 0; r < GEPARD_GEMV_MAX_ROWS; r++)
-    if (r < rows)
+    if (r < a.rows)
       {
         size_t at = (size_t)r * n_outputs + o;
         if (MODE == GEPARD_GEMV_F32)
-          ((float *)y)[at] = acc[r];
+          ((float *)a.y)[at] = acc[r];
         else if (MODE == GEPARD_GEMV_BF16)
-          ((gbf16 *)y)[at] = __float2bfloat16_rn (acc[r]);
+          ((gbf16 *)a.y)[at] = __float2bfloat16_rn (acc[r]);
         else if (MODE == GEPARD_GEMV_RESIDUAL)
-          x_res[at] = bf16r (x_res[at] + bf16r (acc[r]));
+          a.x_res[at] = bf16r (a.x_res[at] + bf16r (acc[r]));
         else
           {
             float g = bf16r (acc[r]), u = bf16r (up[r]);
             float s = bf16r (g / (1.0f + expf (-g)));
-            ((gbf16 *)y)[at] = __float2bfloat16_rn (s * u);
+            ((gbf16 *)a.y)[at] = __float2bfloat16_rn (s * u);
           }
       }
+}
+
+template <bool NORM>
+cudaError_t
+launch_gemv (cudaStream_t stream, GepardGemvMode mode, const GemvArgs &a)
+{
+  const int n_outputs = mode == GEPARD_GEMV_SWIGLU ? a.out / 2 : a.out;
+  unsigned blocks = (unsigned)((n_outputs + GEMV_WARPS - 1) / GEMV_WARPS);
+  size_t shared = NORM ? (size_t)a.rows * a.in * sizeof (gbf16) : 0;
+  switch (mode)
+    {
+    case GEPARD_GEMV_BF16:
+      return launch (gemv_kernel<GEPARD_GEMV_BF16, NORM>, blocks, GEMV_THREADS, shared, stream, a);
+    case GEPARD_GEMV_F32:
+      return launch (gemv_kernel<GEPARD_GEMV_F32, NORM>, blocks, GEMV_THREADS, shared, stream, a);
+    case GEPARD_GEMV_RESIDUAL:
+      return launch (gemv_kernel<GEPARD_GEMV_RESIDUAL, NORM>, blocks, GEMV_THREADS, shared, stream,
+                     a);
+    case GEPARD_GEMV_SWIGLU:
+      return launch (gemv_kernel<GEPARD_GEMV_SWIGLU, NORM>, blocks, GEMV_THREADS, shared, stream,
+                     a);
+    }
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t
 gepard_launch_gemv (cudaStream_t stream, GepardGemvMode mode, const gbf16 *w, const gbf16 *x,
                     int rows, int out, int in, void *y, float *x_res)
 {
-  const int warps = 8, n_outputs = mode == GEPARD_GEMV_SWIGLU ? out / 2 : out;
-  unsigned blocks = (unsigned)((n_outputs + warps - 1) / warps);
-  switch (mode)
-    {
-    case GEPARD_GEMV_BF16:
-      return launch (gemv_kernel<GEPARD_GEMV_BF16>, blocks, warps * WARP, 0, stream, w, x, rows,
-                     out, in, y, x_res);
-    case GEPARD_GEMV_F32:
-      return launch (gemv_kernel<GEPARD_GEMV_F32>, blocks, warps * WARP, 0, stream, w, x, rows, out,
-                     in, y, x_res);
-    case GEPARD_GEMV_RESIDUAL:
-      return launch (gemv_kernel<GEPARD_GEMV_RESIDUAL>, blocks, warps * WARP, 0, stream, w, x, rows,
-                     out, in, y, x_res);
-    case GEPARD_GEMV_SWIGLU:
-      return launch (gemv_kernel<GEPARD_GEMV_SWIGLU>, blocks, warps * WARP, 0, stream, w, x, rows,
-                     out, in, y, x_res);
-    }
-  return cudaErrorInvalidValue;
+  GemvArgs a = {w, x, NULL, NULL, 0.0f, rows, out, in, y, x_res};
+  return launch_gemv<false> (stream, mode, a);
+}
+
+cudaError_t
+gepard_launch_gemv_norm (cudaStream_t stream, GepardGemvMode mode, const gbf16 *w, const float *x,
+                         const float *scale, float eps, int rows, int out, int in, void *y,
+                         float *x_res)
+{
+  GemvArgs a = {w, NULL, x, scale, eps, rows, out, in, y, x_res};
+  return launch_gemv<true> (stream, mode, a);
 }
 
 /* ---- sampling (§3.4), the arithmetic of gepard-generate.c ---- */

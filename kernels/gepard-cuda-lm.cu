@@ -258,7 +258,7 @@ struct _GepardCudaModel
 
   bool use_graphs;
   /* steps of up to GEPARD_GEMV_MAX_ROWS rows run their products in the few-row kernels (every
-   * matrix's row length a multiple of 8; GEPARD_CUDA_GEMV=0 turns them off) */
+   * matrix's row length a multiple of 8, hidden ≤ 3072; GEPARD_CUDA_GEMV=0 turns them off) */
   bool gemv;
   std::vector<Graph> graphs;
   unsigned long long graph_clock;
@@ -681,8 +681,8 @@ model_init (GepardCudaModel *m, int device, const GepardCudaModelConfig *c,
                                                                     : CUBLAS_COMPUTE_32F;
   const char *gemv = getenv ("GEPARD_CUDA_GEMV");
   m->gemv = (gemv == NULL || strcmp (gemv, "0") != 0) && c->hidden_size % 8 == 0
-            && (c->n_q_heads * c->head_dim) % 8 == 0 && c->intermediate_size % 8 == 0
-            && (c->n_audio_heads * c->audio_embed_dim) % 8 == 0;
+            && c->hidden_size <= 3072 && (c->n_q_heads * c->head_dim) % 8 == 0
+            && c->intermediate_size % 8 == 0 && (c->n_audio_heads * c->audio_embed_dim) % 8 == 0;
 
   if (load_weights (m, c, lookup, user_data, msg) != 0)
     return -1;
@@ -878,8 +878,8 @@ run_step (GepardCudaModel *m, const MetaLayout &lay, int n, int rows, int frames
   GepardKvView kv = {m->kv_pool, m->block_elems, m->layer_elems,
                      (const int *)(m->d_meta + lay.block_tables), m->max_blocks};
   /* a step of a few rows (decodes of a few sequences) is bound by kernel latency: its products
-   * run in the few-row kernels, which also add the attention's and the MLP's outputs to the
-   * residual stream and run SwiGLU, so the norms after them have nothing left to add */
+   * run in the few-row kernels, which also run the RMSNorm before them, add the attention's and
+   * the MLP's outputs to the residual stream and run SwiGLU: 6 launches a layer */
   const bool few = m->gemv && rows <= GEPARD_GEMV_MAX_ROWS;
 
   CUDA_TRY (gepard_launch_embed_rows (st, row_meta, rows, m->embed,
@@ -916,17 +916,18 @@ run_step (GepardCudaModel *m, const MetaLayout &lay, int n, int rows, int frames
   for (int l = 0; l < m->n_layers; l++)
     {
       const Layer &L = m->layers[l];
-      /* the previous layer's MLP output joins the residual stream inside the norm (in a few-row
-       * step, the down product has added it already) */
-      CUDA_TRY (gepard_launch_rms_norm (st, m->x, l == 0 || few ? NULL : m->y, L.input_scale, rows,
-                                        h, d.eps, m->u),
-                "RMSNorm");
       if (few)
-        CUDA_TRY (gepard_launch_gemv (st, GEPARD_GEMV_BF16, L.qkv, m->u, rows, qkv_width, h, m->qkv,
-                                      NULL),
-                  "q/k/v products");
+        CUDA_TRY (gepard_launch_gemv_norm (st, GEPARD_GEMV_BF16, L.qkv, m->x, L.input_scale, d.eps,
+                                           rows, qkv_width, h, m->qkv, NULL),
+                  "RMSNorm and q/k/v products");
       else
-        BLAS_TRY (gemm (m, L.qkv, m->u, m->qkv, CUDA_R_16BF, rows, qkv_width, h));
+        {
+          /* the previous layer's MLP output joins the residual stream inside the norm */
+          CUDA_TRY (gepard_launch_rms_norm (st, m->x, l == 0 ? NULL : m->y, L.input_scale, rows, h,
+                                            d.eps, m->u),
+                    "RMSNorm");
+          BLAS_TRY (gemm (m, L.qkv, m->u, m->qkv, CUDA_R_16BF, rows, qkv_width, h));
+        }
       CUDA_TRY (gepard_launch_qk_norm_rope (st, m->qkv, row_meta, rows, &d, L.q_scale, L.k_scale,
                                             m->rope_table, kv, l),
                 "q/k norm and RoPE");
@@ -938,11 +939,9 @@ run_step (GepardCudaModel *m, const MetaLayout &lay, int n, int rows, int frames
           CUDA_TRY (gepard_launch_gemv (st, GEPARD_GEMV_RESIDUAL, L.o, m->attn, rows, h, nq * hd,
                                         NULL, m->x),
                     "Output product");
-          CUDA_TRY (gepard_launch_rms_norm (st, m->x, NULL, L.post_scale, rows, h, d.eps, m->u),
-                    "RMSNorm");
-          CUDA_TRY (gepard_launch_gemv (st, GEPARD_GEMV_SWIGLU, L.gate_up, m->u, rows,
-                                        2 * m->intermediate, h, m->act, NULL),
-                    "SwiGLU");
+          CUDA_TRY (gepard_launch_gemv_norm (st, GEPARD_GEMV_SWIGLU, L.gate_up, m->x, L.post_scale,
+                                             d.eps, rows, 2 * m->intermediate, h, m->act, NULL),
+                    "RMSNorm, gate/up products and SwiGLU");
           CUDA_TRY (gepard_launch_gemv (st, GEPARD_GEMV_RESIDUAL, L.down, m->act, rows, h,
                                         m->intermediate, NULL, m->x),
                     "Down product");
