@@ -14,7 +14,10 @@
  *
  * Turns each sentence of text (one buffer per sentence, as gepardtextsrc sends them) into GEPARD
  * frames: one buffer per frame holding the frame's 32 channel codes, pushed as soon as the engine
- * samples it, timestamped on one frame timeline for the whole turn. The model runs in the
+ * samples it, timestamped on one frame timeline for the whole turn. With frames-per-buffer above
+ * 1, frames that piled up while downstream was busy go out together (up to that many in a buffer,
+ * never two sentences in one), so that gepardcodec decodes them in one job: on a GPU, one pass of
+ * several frames instead of one pass each. The model runs in the
  * process-wide engine for (model, device), shared with every other pipeline naming the same
  * model and device.
  *
@@ -46,6 +49,7 @@ GST_DEBUG_CATEGORY_STATIC (gst_gepard_lm_debug);
 #define DEFAULT_TEMPERATURE -1.0
 #define DEFAULT_TOP_K 0
 #define DEFAULT_MAX_FRAMES 2000
+#define DEFAULT_FRAMES_PER_BUFFER 1
 #define DEFAULT_SEED 0
 
 enum
@@ -60,6 +64,7 @@ enum
   PROP_IGNORE_STOP,
   PROP_SEED,
   PROP_FRAMES,
+  PROP_FRAMES_PER_BUFFER,
 };
 
 /* One sentence's frames on their way from the engine's scheduler thread to the streaming thread.
@@ -93,6 +98,7 @@ struct _GstGepardLm
   int max_frames;
   gboolean ignore_stop;
   guint64 seed;
+  guint frames_per_buffer;
   guint64 frames_pushed;
 
   GepardEngine *context_engine; /* from a "gepard.engine" context; GST_OBJECT_LOCK */
@@ -272,18 +278,21 @@ gst_gepard_lm_ensure_events (GstGepardLm *self)
 
 /* ---- streaming ---- */
 
+/* n frames ([n][32] codes) in one buffer */
 static GstFlowReturn
-gst_gepard_lm_push_frame (GstGepardLm *self, const gint32 *codes)
+gst_gepard_lm_push_frames_buffer (GstGepardLm *self, const gint32 *codes, guint n)
 {
   if (!gst_gepard_lm_ensure_events (self))
     return GST_FLOW_NOT_NEGOTIATED;
 
-  GstBuffer *buffer = gst_buffer_new_memdup (codes, GEPARD_CODES_CHANNELS * sizeof (gint32));
-  guint64 n = self->n_frames++;
-  GST_BUFFER_PTS (buffer) = frame_pts (n);
-  GST_BUFFER_DURATION (buffer) = frame_pts (n + 1) - frame_pts (n);
-  GST_BUFFER_OFFSET (buffer) = n;
-  GST_BUFFER_OFFSET_END (buffer) = n + 1;
+  GstBuffer *buffer
+      = gst_buffer_new_memdup (codes, (gsize)n * GEPARD_CODES_CHANNELS * sizeof (gint32));
+  guint64 first = self->n_frames;
+  self->n_frames += n;
+  GST_BUFFER_PTS (buffer) = frame_pts (first);
+  GST_BUFFER_DURATION (buffer) = frame_pts (first + n) - frame_pts (first);
+  GST_BUFFER_OFFSET (buffer) = first;
+  GST_BUFFER_OFFSET_END (buffer) = first + n;
   if (self->discont)
     {
       GST_BUFFER_FLAG_SET (buffer, GST_BUFFER_FLAG_DISCONT);
@@ -293,7 +302,7 @@ gst_gepard_lm_push_frame (GstGepardLm *self, const gint32 *codes)
   if (ret == GST_FLOW_OK)
     {
       GST_OBJECT_LOCK (self);
-      self->frames_pushed++;
+      self->frames_pushed += n;
       GST_OBJECT_UNLOCK (self);
     }
   return ret;
@@ -307,6 +316,9 @@ gst_gepard_lm_push_frames (GstGepardLm *self, Generation *g, guint *n_pushed,
                            gint64 *first_frame_time, GepardUtteranceEnd *end)
 {
   g_autoptr (GArray) taken = g_array_new (FALSE, FALSE, sizeof (gint32));
+  GST_OBJECT_LOCK (self);
+  const guint per_buffer = self->frames_per_buffer;
+  GST_OBJECT_UNLOCK (self);
 
   for (;;)
     {
@@ -328,15 +340,19 @@ gst_gepard_lm_push_frames (GstGepardLm *self, Generation *g, guint *n_pushed,
       if (*first_frame_time == 0 && taken->len > 0)
         *first_frame_time = g_get_monotonic_time ();
 
-      for (guint i = 0; i < taken->len; i += GEPARD_CODES_CHANNELS)
+      guint n_taken = taken->len / GEPARD_CODES_CHANNELS;
+      for (guint i = 0; i < n_taken;)
         {
           /* frames that piled up while downstream was slow are dropped too */
           if (g_atomic_int_get (&g->interrupted))
             return GST_FLOW_FLUSHING;
-          GstFlowReturn ret = gst_gepard_lm_push_frame (self, &g_array_index (taken, gint32, i));
+          guint n = MIN (per_buffer, n_taken - i);
+          GstFlowReturn ret = gst_gepard_lm_push_frames_buffer (
+              self, &g_array_index (taken, gint32, (gsize)i * GEPARD_CODES_CHANNELS), n);
           if (ret != GST_FLOW_OK)
             return ret;
-          (*n_pushed)++;
+          *n_pushed += n;
+          i += n;
         }
       g_array_set_size (taken, 0);
       /* only this element cancels its utterances, and only when it is being flushed or stopped */
@@ -712,6 +728,9 @@ gst_gepard_lm_set_property (GObject *object, guint prop_id, const GValue *value,
     case PROP_SEED:
       self->seed = g_value_get_uint64 (value);
       break;
+    case PROP_FRAMES_PER_BUFFER:
+      self->frames_per_buffer = g_value_get_uint (value);
+      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
       break;
@@ -753,6 +772,9 @@ gst_gepard_lm_get_property (GObject *object, guint prop_id, GValue *value, GPara
       break;
     case PROP_FRAMES:
       g_value_set_uint64 (value, self->frames_pushed);
+      break;
+    case PROP_FRAMES_PER_BUFFER:
+      g_value_set_uint (value, self->frames_per_buffer);
       break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
@@ -869,6 +891,15 @@ gst_gepard_lm_class_init (GstGepardLmClass *klass)
       gobject_class, PROP_FRAMES,
       g_param_spec_uint64 ("frames", "Frames", "Frames pushed since the element started.", 0,
                            G_MAXUINT64, 0, G_PARAM_READABLE | G_PARAM_STATIC_STRINGS));
+  g_object_class_install_property (
+      gobject_class, PROP_FRAMES_PER_BUFFER,
+      g_param_spec_uint ("frames-per-buffer", "Frames per buffer",
+                         "Frames at most in one output buffer: frames that piled up while "
+                         "downstream was busy go out together, so that gepardcodec decodes them in "
+                         "one job (on a GPU, one pass). 1: a buffer for every frame. Applies from "
+                         "the next sentence.",
+                         1, 256, DEFAULT_FRAMES_PER_BUFFER,
+                         G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -899,6 +930,7 @@ gst_gepard_lm_init (GstGepardLm *self)
   self->temperature = DEFAULT_TEMPERATURE;
   self->top_k = DEFAULT_TOP_K;
   self->max_frames = DEFAULT_MAX_FRAMES;
+  self->frames_per_buffer = DEFAULT_FRAMES_PER_BUFFER;
   self->seed = DEFAULT_SEED;
   g_mutex_init (&self->lock);
 }

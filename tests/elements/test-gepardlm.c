@@ -50,34 +50,50 @@ text_buffer (const char *text)
 }
 
 /* Every buffer the harness holds, checked for shape and range; codes appended to `codes`. Returns
- * how many frames it took. */
+ * how many frames it took; `largest` (may be NULL) gets the most frames a buffer held. */
 static guint
-take_frames (GstHarness *h, GArray *codes, guint64 *next_frame)
+take_frames_counted (GstHarness *h, GArray *codes, guint64 *next_frame, guint *largest)
 {
   guint n = 0;
   GstBuffer *buffer;
   while ((buffer = gst_harness_try_pull (h)) != NULL)
     {
-      gint32 frame[CHANNELS];
-      fail_unless_equals_int (gst_buffer_get_size (buffer), CHANNELS * 4);
-      gst_buffer_extract (buffer, 0, frame, sizeof frame);
-      for (int c = 0; c < CHANNELS; c++)
-        fail_unless (frame[c] >= 0 && frame[c] < levels[c % 4], "channel %d has code %d", c,
-                     frame[c]);
+      gsize size = gst_buffer_get_size (buffer);
+      fail_unless (size > 0 && size % (CHANNELS * 4) == 0, "a buffer of %zu bytes", size);
+      guint frames = (guint)(size / (CHANNELS * 4));
+      g_autofree gint32 *frame = g_new (gint32, (gsize)frames * CHANNELS);
+      gst_buffer_extract (buffer, 0, frame, size);
+      for (guint i = 0; i < frames * CHANNELS; i++)
+        fail_unless (frame[i] >= 0 && frame[i] < levels[i % CHANNELS % 4], "channel %u has code %d",
+                     i % CHANNELS, frame[i]);
       /* gstreamer-notes.md §5 item 11: from the frame counter, continuous, no drift */
-      guint64 k = (*next_frame)++;
+      guint64 k = *next_frame;
+      *next_frame += frames;
       fail_unless_equals_uint64 (GST_BUFFER_PTS (buffer), frame_pts (k));
-      fail_unless_equals_uint64 (GST_BUFFER_DURATION (buffer), frame_pts (k + 1) - frame_pts (k));
+      fail_unless_equals_uint64 (GST_BUFFER_DURATION (buffer),
+                                 frame_pts (k + frames) - frame_pts (k));
       fail_unless_equals_uint64 (GST_BUFFER_OFFSET (buffer), k);
-      fail_unless_equals_uint64 (GST_BUFFER_OFFSET_END (buffer), k + 1);
+      fail_unless_equals_uint64 (GST_BUFFER_OFFSET_END (buffer), k + frames);
       /* the turn's first frame, and then the first of every later sentence (an utterance of its
        * own, decoded from a fresh codec state) */
       if (k == 0)
         fail_unless (GST_BUFFER_FLAG_IS_SET (buffer, GST_BUFFER_FLAG_DISCONT));
-      g_array_append_vals (codes, frame, CHANNELS);
+      g_array_append_vals (codes, frame, frames * CHANNELS);
       gst_buffer_unref (buffer);
-      n++;
+      n += frames;
+      if (largest != NULL)
+        *largest = MAX (*largest, frames);
     }
+  return n;
+}
+
+static guint
+take_frames (GstHarness *h, GArray *codes, guint64 *next_frame)
+{
+  guint largest = 0;
+  guint n = take_frames_counted (h, codes, next_frame, &largest);
+  /* one buffer per frame unless asked otherwise */
+  fail_unless (n == 0 || largest == 1);
   return n;
 }
 
@@ -356,14 +372,17 @@ hold_first_buffer (GstPad *pad, GstPadProbeInfo *info, gpointer user_data)
   return GST_PAD_PROBE_REMOVE;
 }
 
-GST_START_TEST (test_engine_never_waits_for_downstream)
+/* One long sentence generated whole while downstream takes nothing (the scheduler thread only
+ * queues frames); then they all come out, in order: its frames, with how many buffers carried
+ * them and the most one held. */
+static GArray *
+run_held_sentence (guint frames_per_buffer, guint *n_buffers, guint *largest)
 {
-  /* downstream takes nothing while the whole sentence is generated: the scheduler thread only
-   * queues frames, and they all come out afterwards, in order */
   GMutex held;
   g_mutex_init (&held);
   g_mutex_lock (&held);
-  GstHarness *h = lm_harness ("seed", (guint64)LONG_SEED, "max-frames", 300, NULL);
+  GstHarness *h = lm_harness ("seed", (guint64)LONG_SEED, "max-frames", 300, "frames-per-buffer",
+                              frames_per_buffer, NULL);
   GstPad *src = gst_element_get_static_pad (h->element, "src");
   gst_pad_add_probe (src, GST_PAD_PROBE_TYPE_BUFFER, hold_first_buffer, &held, NULL);
   GepardEngine *engine = shared_engine ();
@@ -380,14 +399,42 @@ GST_START_TEST (test_engine_never_waits_for_downstream)
   g_mutex_unlock (&held);
   g_thread_join (thread);
   fail_unless_equals_int (p.ret, GST_FLOW_OK);
-  g_autoptr (GArray) codes = g_array_new (FALSE, FALSE, sizeof (gint32));
+  *n_buffers = gst_harness_buffers_in_queue (h);
+  GArray *codes = g_array_new (FALSE, FALSE, sizeof (gint32));
   guint64 next = 0;
-  fail_unless_equals_uint64 (take_frames (h, codes, &next), generated);
+  *largest = 0;
+  fail_unless_equals_uint64 (take_frames_counted (h, codes, &next, largest), generated);
+  guint64 pushed = 0;
+  g_object_get (h->element, "frames", &pushed, NULL);
+  fail_unless_equals_uint64 (pushed, generated);
 
   gst_object_unref (src);
   gepard_engine_unref (engine);
   gst_harness_teardown (h);
   g_mutex_clear (&held);
+  return codes;
+}
+
+GST_START_TEST (test_engine_never_waits_for_downstream)
+{
+  guint n_buffers, largest;
+  g_autoptr (GArray) codes = run_held_sentence (1, &n_buffers, &largest);
+  fail_unless_equals_int (n_buffers, 300);
+  fail_unless_equals_int (largest, 1);
+}
+GST_END_TEST;
+
+GST_START_TEST (test_frames_per_buffer)
+{
+  /* the frames that piled up behind the held first one leave 8 to a buffer: the same frames on
+   * the same timeline in far fewer buffers */
+  guint n_buffers, largest, one_buffers, one_largest;
+  g_autoptr (GArray) codes = run_held_sentence (8, &n_buffers, &largest);
+  g_autoptr (GArray) one_each = run_held_sentence (1, &one_buffers, &one_largest);
+  fail_unless_equals_int (largest, 8);
+  fail_unless (n_buffers >= 300 / 8 && n_buffers < 300 / 8 + 4, "%u buffers", n_buffers);
+  fail_unless_equals_int (codes->len, one_each->len);
+  fail_unless (memcmp (codes->data, one_each->data, codes->len * sizeof (gint32)) == 0);
 }
 GST_END_TEST;
 
@@ -548,6 +595,7 @@ gepardlm_suite (void)
   tcase_add_test (tc, test_flush_cancels);
   tcase_add_test (tc, test_stop_mid_sentence);
   tcase_add_test (tc, test_engine_never_waits_for_downstream);
+  tcase_add_test (tc, test_frames_per_buffer);
   tcase_add_test (tc, test_bad_model);
   tcase_add_test (tc, test_default_model);
   tcase_add_test (tc, test_bad_device);
