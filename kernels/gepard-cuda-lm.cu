@@ -258,7 +258,8 @@ struct _GepardCudaModel
 
   bool use_graphs;
   /* steps of up to GEPARD_GEMV_MAX_ROWS rows run their products in the few-row kernels (every
-   * matrix's row length a multiple of 8, hidden ≤ 3072; GEPARD_CUDA_GEMV=0 turns them off) */
+   * matrix's row length a multiple of 8, hidden ≤ 3072) with GEPARD_CUDA_GEMV=1, until they have
+   * been measured against cuBLAS on a GPU */
   bool gemv;
   std::vector<Graph> graphs;
   unsigned long long graph_clock;
@@ -680,7 +681,7 @@ model_init (GepardCudaModel *m, int device, const GepardCudaModelConfig *c,
   m->compute_type = pedantic != NULL && strcmp (pedantic, "1") == 0 ? CUBLAS_COMPUTE_32F_PEDANTIC
                                                                     : CUBLAS_COMPUTE_32F;
   const char *gemv = getenv ("GEPARD_CUDA_GEMV");
-  m->gemv = (gemv == NULL || strcmp (gemv, "0") != 0) && c->hidden_size % 8 == 0
+  m->gemv = gemv != NULL && strcmp (gemv, "1") == 0 && c->hidden_size % 8 == 0
             && c->hidden_size <= 3072 && (c->n_q_heads * c->head_dim) % 8 == 0
             && c->intermediate_size % 8 == 0 && (c->n_audio_heads * c->audio_embed_dim) % 8 == 0;
 

@@ -2,8 +2,8 @@
 # The CUDA backend on a GPU host: gepard-cuda-check parity (CPU reference against the GPU, greedy
 # and sampled generation in lockstep) on fresh random test models — the tiny preset and the
 # gepard-1.0 shapes — a compute-sanitizer pass over a small run, then the decode step time for
-# B = 1, 8, 64, 256 with and without CUDA graphs (and for B = 1, 8 with the few-row products
-# through cuBLAS instead, GEPARD_CUDA_GEMV=0). `gpu-cuda-check.sh diag` instead runs the
+# B = 1, 8, 64, 256 with and without CUDA graphs; the parity, the sanitizer and B = 1, 8 again
+# with the few-row kernels (GEPARD_CUDA_GEMV=1). `gpu-cuda-check.sh diag` instead runs the
 # parity with the GEMMs summed without tensor cores, and profiles a batch-1 decode with ncu.
 # `gpu-cuda-check.sh codec` checks the GPU's audio decoder against the CPU codec (tiny and
 # published codec shapes, plain fp32 sums and each GEMM of GEPARD_CODEC_GEMMS: the own TF32 kernel,
@@ -195,6 +195,10 @@ EOF
   echo "exit $?"
   kill "$sampler" 2>/dev/null
   echo "GPU memory in use during the benchmark: at most $(sort -n "$out/memory.log" | tail -1) MiB"
+  step "the same with the LM's few-row kernels (GEPARD_CUDA_GEMV=1)"
+  GEPARD_CUDA_GEMV=1 timeout 200 "$bin/tools/gepard-bench" engine "$models/g1-codec" \
+    --device cuda --concurrency 1,1,8 --frames 200
+  echo "exit $?"
   step "the same with each codec pass after the LM step instead of beside it"
   GEPARD_DECODE_ALONGSIDE=0 timeout 300 "$bin/tools/gepard-bench" engine "$models/g1-codec" \
     --device cuda --concurrency "${GEPARD_ENGINE_SERIAL_CONCURRENCY:-1,1,256}" --frames 200
@@ -206,16 +210,18 @@ fi
 step "tiny model"
 rm -rf "$models/tiny"
 timeout 60 "$bin/tools/gepard-make-test-model" -p tiny --codec none "$models/tiny" >/dev/null
-step "parity, tiny"
-timeout 90 "$bin/tools/gepard-cuda-check" parity "$models/tiny" --batches 1,8 --frames 50
-echo "exit $?"
-
-if command -v compute-sanitizer >/dev/null; then
-  step "compute-sanitizer memcheck, tiny"
-  timeout 120 compute-sanitizer --tool memcheck --print-limit 20 \
-    "$bin/tools/gepard-cuda-check" parity "$models/tiny" --batches 3 --frames 4
+for gemv in 0 1; do
+  step "parity, tiny, GEPARD_CUDA_GEMV=$gemv"
+  GEPARD_CUDA_GEMV=$gemv timeout 90 "$bin/tools/gepard-cuda-check" parity "$models/tiny" \
+    --batches 1,8 --frames 50
   echo "exit $?"
-fi
+  if command -v compute-sanitizer >/dev/null; then
+    step "compute-sanitizer memcheck, tiny, GEPARD_CUDA_GEMV=$gemv"
+    GEPARD_CUDA_GEMV=$gemv timeout 120 compute-sanitizer --tool memcheck --print-limit 20 \
+      "$bin/tools/gepard-cuda-check" parity "$models/tiny" --batches 3 --frames 4
+    echo "exit $?"
+  fi
+done
 
 # gepard-1.0 shapes with 2 layers (the kernels at head_dim 256, little depth to amplify
 # rounding differences) and with all 14
@@ -223,16 +229,19 @@ for layers in 2 14; do
   step "gepard-1.0 shapes, $layers layers"
   timeout 150 "$bin/tools/gepard-make-test-model" -p gepard-1.0 --codec none --layers "$layers" \
     "$models/g1-$layers" >/dev/null
-  step "parity, gepard-1.0 shapes, $layers layers"
-  timeout 200 "$bin/tools/gepard-cuda-check" parity "$models/g1-$layers" --batches 1,8 --frames 50
-  echo "exit $?"
+  for gemv in 0 1; do
+    step "parity, gepard-1.0 shapes, $layers layers, GEPARD_CUDA_GEMV=$gemv"
+    GEPARD_CUDA_GEMV=$gemv timeout 200 "$bin/tools/gepard-cuda-check" parity "$models/g1-$layers" \
+      --batches 1,8 --frames 50
+    echo "exit $?"
+  done
 done
 step "decode step time, gepard-1.0 shapes"
 timeout 200 "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1,8,64,256 \
   --contexts 64,1024 --steps 20
 echo "exit $?"
-step "decode step time, gepard-1.0 shapes, few-row steps through cuBLAS (GEPARD_CUDA_GEMV=0)"
-GEPARD_CUDA_GEMV=0 timeout 200 "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1,8 \
+step "decode step time, gepard-1.0 shapes, few-row kernels (GEPARD_CUDA_GEMV=1)"
+GEPARD_CUDA_GEMV=1 timeout 200 "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1,8 \
   --contexts 64,1024 --steps 20
 echo "exit $?"
 step "decode step time, gepard-1.0 shapes, without CUDA graphs"
