@@ -30,7 +30,11 @@
 # defaults), SPEECH_LIMIT (synthesize only that many train sentences: for a quick trial).
 # espeak-ng, the fortunes and the dictionary come from tools/voice/espeak-prefix.sh where the host
 # lacks them. CORPUS_ARGS: corpus.py's options (e.g. "--size 60000 --word-lists 30000");
-# TOKENIZER_ARGS: tokenizer.py's (e.g. "--vocab-size 1024").
+# TOKENIZER_ARGS: tokenizer.py's (e.g. "--vocab-size 1024"). LM_VARIANTS="NAME:OPTIONS;…": more
+# LMs trained side by side with the main one on the same codes and tokenizer (one small LM keeps
+# an H200 10–40 % busy), each with LM_ARGS and then its own OPTIONS, in RUN/lm-NAME, exported to
+# RUN/model-NAME once finished: variants to compare by their validation lines (valid_ce against
+# valid_ce_other_text: how much the text matters) and intelligibility.py.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -134,8 +138,34 @@ if ! codec_finished; then
   codec_train --time-limit "$(in_minutes "$budget")" --codes "$work/data/codes.pt" >"$work/codec-train.out" 2>&1 &
   codec_pid=$!
 fi
+variant_names=()
+variant_options=()
+variant_pids=()
+IFS=';' read -ra variants <<<"${LM_VARIANTS:-}"
+for variant in "${variants[@]}"; do
+  name=${variant%%:*}
+  options=${variant#*:}
+  [ -n "$name" ] || continue
+  [ -s "$work/lm-$name.out" ] && grep -q '^finished' "$work/lm-$name.out" && continue
+  variant_names+=("$name")
+  variant_options+=("$options")
+  # shellcheck disable=SC2086 # the variant's options, one word each
+  lm_train --time-limit "$(in_minutes "$budget")" --run "$run/lm-$name" $options \
+    >"$work/lm-$name.out" 2>&1 &
+  variant_pids+=($!)
+done
 rm -f "$work/lm-train.out"
 lm_train --time-limit "$(in_minutes "$budget")" | tee "$work/lm-train.out"
+for i in "${!variant_pids[@]}"; do
+  name=${variant_names[$i]}
+  wait "${variant_pids[$i]}" || echo "recipe: LM variant $name failed"
+  echo "recipe: LM variant $name (${variant_options[$i]}):"
+  { grep valid_ce "$work/lm-$name.out" | tail -n 2; tail -n 1 "$work/lm-$name.out"; } || true
+  if grep -q '^finished' "$work/lm-$name.out"; then
+    rm -rf "$run/model-$name"
+    python3 tools/voice/lm.py export "$run/lm-$name" "$run/model-$name"
+  fi
+done
 if [ -n "$codec_pid" ]; then
   wait "$codec_pid" || { cat "$work/codec-train.out"; exit 1; }
   grep -v '^step .* steps/s)$' "$work/codec-train.out" || true
