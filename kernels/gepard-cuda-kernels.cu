@@ -193,23 +193,32 @@ gepard_launch_bias_layer_norm (cudaStream_t stream, const float *acc, const floa
 
 /* ---- norms ---- */
 
-/* §1.2 on the residual stream, after adding `residual` (bf16, rounded sum) when given */
-__global__ void
-rms_norm_kernel (float *x, const gbf16 *residual, const float *scale, int n, float eps, gbf16 *out)
+/* §1.2 on one row of the residual stream by the whole block, after adding `residual` (bf16,
+ * rounded sum; NULL: none, and the row is only read) */
+__device__ void
+rms_norm_row (float *row, const gbf16 *residual, const float *scale, int n, float eps,
+              double *scratch, gbf16 *out)
 {
-  __shared__ double scratch[WARP];
-  float *row = x + (size_t)blockIdx.x * n;
   double s = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x)
     {
       float v = row[i];
       if (residual != NULL)
-        row[i] = v = bf16r (v + ld (residual + (size_t)blockIdx.x * n + i));
+        row[i] = v = bf16r (v + ld (residual + i));
       s += (double)v * v;
     }
   float r = inverse_rms (block_sum (s, scratch), n, eps);
   for (int i = threadIdx.x; i < n; i += blockDim.x)
-    out[(size_t)blockIdx.x * n + i] = __float2bfloat16_rn ((row[i] * r) * scale[i]);
+    out[i] = __float2bfloat16_rn ((row[i] * r) * scale[i]);
+}
+
+/* §1.2 on the residual stream, a block per row */
+__global__ void
+rms_norm_kernel (float *x, const gbf16 *residual, const float *scale, int n, float eps, gbf16 *out)
+{
+  __shared__ double scratch[WARP];
+  size_t at = (size_t)blockIdx.x * n;
+  rms_norm_row (x + at, residual != NULL ? residual + at : NULL, scale, n, eps, scratch, out + at);
 }
 
 cudaError_t
@@ -623,8 +632,9 @@ struct GemvArgs
 {
   const gbf16 *w; /* [out][in] */
   const gbf16 *x; /* [rows][in], or NULL where the kernel normalizes norm_x itself */
-  /* with NORM: x = RMSNorm(norm_x [rows][in]) · norm_scale, rms_norm_kernel's arithmetic */
-  const float *norm_x;
+  /* with NORM: x = RMSNorm(norm_x [rows][in]) · norm_scale (rms_norm_row, no residual: only
+   * read) */
+  float *norm_x;
   const float *norm_scale;
   float eps;
   int rows, out, in;
@@ -655,18 +665,8 @@ __launch_bounds__ (GEMV_THREADS) gemv_kernel (const __grid_constant__ GemvArgs a
       __shared__ double scratch[WARP];
       gbf16 *normed = reinterpret_cast<gbf16 *> (gemv_shared);
       for (int r = 0; r < a.rows; r++)
-        {
-          const float *row = a.norm_x + (size_t)r * a.in;
-          double s = 0;
-          for (int i = threadIdx.x; i < a.in; i += blockDim.x)
-            {
-              float v = row[i];
-              s += (double)v * v;
-            }
-          float inv = inverse_rms (block_sum (s, scratch), a.in, a.eps);
-          for (int i = threadIdx.x; i < a.in; i += blockDim.x)
-            normed[(size_t)r * a.in + i] = __float2bfloat16_rn ((row[i] * inv) * a.norm_scale[i]);
-        }
+        rms_norm_row (a.norm_x + (size_t)r * a.in, NULL, a.norm_scale, a.in, a.eps, scratch,
+                      normed + (size_t)r * a.in);
       __syncthreads ();
       x = normed;
     }
@@ -733,7 +733,7 @@ gepard_launch_gemv (cudaStream_t stream, GepardGemvMode mode, const gbf16 *w, co
 }
 
 cudaError_t
-gepard_launch_gemv_norm (cudaStream_t stream, GepardGemvMode mode, const gbf16 *w, const float *x,
+gepard_launch_gemv_norm (cudaStream_t stream, GepardGemvMode mode, const gbf16 *w, float *x,
                          const float *scale, float eps, int rows, int out, int in, void *y,
                          float *x_res)
 {

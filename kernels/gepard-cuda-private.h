@@ -214,8 +214,8 @@ cudaError_t gepard_launch_gemv (cudaStream_t stream, GepardGemvMode mode, const 
  * bytes of normalized rows must fit the 48 KiB of shared memory a launch gets: in ≤ 3072) in place
  * of a norm kernel before it */
 cudaError_t gepard_launch_gemv_norm (cudaStream_t stream, GepardGemvMode mode, const gbf16 *w,
-                                     const float *x, const float *scale, float eps, int rows,
-                                     int out, int in, void *y, float *x_res);
+                                     float *x, const float *scale, float eps, int rows, int out,
+                                     int in, void *y, float *x_res);
 /* heads' bias and bf16 rounding, then §3.4 sampling for each sequence */
 cudaError_t gepard_launch_sample (cudaStream_t stream, const float *acc, int acc_stride,
                                   const float *bias, const GepardStepSeq *seqs, int n_seqs,
