@@ -143,7 +143,9 @@ def run_dir(data, tokenizer_json, tmp_path_factory):
     common = ["train", "--data", str(data / "codes.pt"), "--run", str(run), "--preset", "tiny",
               "--lr", "3e-3", "--warmup", "4", "--max-tokens", "1500", "--valid-count", "6",
               "--log-every", "1", "--eval-every", "0", "--threads", "1", "--device", "cpu"]
-    assert lm.main(common + ["--tokenizer", str(tokenizer_json), "--steps", str(TRAIN_STEPS // 2)]) == 0
+    # the first run's batches built ahead in a worker process, as on a GPU
+    assert lm.main(common + ["--tokenizer", str(tokenizer_json), "--steps", str(TRAIN_STEPS // 2),
+                             "--prefetch", "2"]) == 0
     with pytest.raises(SystemExit):  # a second start without --resume must not overwrite it
         lm.main(common + ["--steps", str(TRAIN_STEPS)])
     assert lm.main(common + ["--resume", "--steps", str(TRAIN_STEPS)]) == 0
@@ -409,6 +411,39 @@ def test_held_out_speaker_is_left_out(data, tokenizer_json):
     assert len(kept) == 90 and "dora" not in {u.speaker for u in kept}
     kept, _ = lm.prepare_utterances(records, levels, tokenizer_json, special, 600, {"cara"})
     assert {u.speaker for u in kept} == {"anna", "ben"}
+
+
+def test_batches_built_ahead_are_the_loops(data, tokenizer_json):
+    """The batches a worker process builds ahead are those the loop would build, epoch after
+    epoch, and a run resumed mid-epoch gets the same ones from there."""
+    levels, records = lm.load_codes(data / "codes.pt")
+    special = lm.tokenizer_special_ids(tokenizer_json)
+    utterances, _ = lm.prepare_utterances(records, levels, tokenizer_json, special, 600, set(), 0.1)
+    plan = lm.VoicePlan(utterances, lm.default_speaker_of(utterances))
+    hp = {"seed": 7, "max_tokens": 3000, "max_batch": 96, "text_gap": 16}
+    per_epoch = len(lm.make_batches(utterances, hp["max_tokens"], hp["max_batch"], 7000))
+    assert per_epoch > 2
+    count = per_epoch * 2 + 3  # into a third epoch
+
+    def first(iterator, n):
+        return [next(iterator) for _ in range(n)]
+
+    in_loop = first(lm.training_batches(lm.TrainingBatches(utterances, plan, hp, 0, 0, 0), 0, False), count)
+    ahead = first(lm.training_batches(lm.TrainingBatches(utterances, plan, hp, 0, 0, 0), 3, False), count)
+    step, epoch, index, _ = in_loop[per_epoch + 1]
+    resumed = first(lm.training_batches(lm.TrainingBatches(utterances, plan, hp, step, epoch, index), 2, False),
+                    count - step)
+    assert [x[:3] for x in in_loop[:per_epoch]] == [(i, 0, i) for i in range(per_epoch)]
+    assert in_loop[per_epoch][1:3] == (1, 0)
+    for a, b in zip(in_loop, ahead, strict=True):
+        assert a[:3] == b[:3]
+        assert a[3].keys() == b[3].keys()
+        for key, value in a[3].items():
+            assert (value is None and b[3][key] is None) or torch.equal(value, b[3][key]), (a[:3], key)
+    for a, b in zip(in_loop[step:], resumed):
+        assert a[:3] == b[:3] and all(
+            (v is None and b[3][k] is None) or torch.equal(v, b[3][k]) for k, v in a[3].items())
+    assert len(resumed) == count - step
 
 
 def test_checkpoint_round_trip(run_dir):
