@@ -446,6 +446,24 @@ def test_batches_built_ahead_are_the_loops(data, tokenizer_json):
     assert len(resumed) == count - step
 
 
+def test_compiled_backbone_trains_the_same(data, tokenizer_json, tmp_path):
+    """--compile (torch.compile of the backbone, in place) logs the eager run's losses and saves
+    the same tensor names."""
+    logs = []
+    for name, extra in (("eager", []), ("compiled", ["--compile"])):
+        run = tmp_path / name
+        assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--preset", "tiny",
+                        "--tokenizer", str(tokenizer_json), "--steps", "3", "--max-tokens", "1500",
+                        "--log-every", "1", "--eval-every", "0", "--threads", "1", "--device", "cpu",
+                        *extra]) == 0
+        logs.append([json.loads(line) for line in (run / "train.log").read_text().splitlines()])
+        names = sorted(lm.read_checkpoint(run)[1])
+        assert not any("_orig_mod" in n for n in names)
+    assert [r["step"] for r in logs[1]] == [1, 2, 3]
+    for eager, compiled in zip(*logs):
+        assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-3)
+
+
 def test_checkpoint_round_trip(run_dir):
     """Weights and AdamW moments come back (in bf16) into a fresh model and optimizer."""
     state, tensors = lm.read_checkpoint(run_dir)

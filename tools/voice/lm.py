@@ -1028,6 +1028,9 @@ def cmd_train(args):
         trained_s = state.get("trained_s", 0.0)
         del tensors
 
+    if args.compile:
+        # in place: the state dict keeps its names; shapes vary from batch to batch
+        model.model.compile(dynamic=True)
     n_params = count_parameters(model)
     frames_total = sum(u.codes.shape[0] for u in train_set)
     print(f"model: {n_params / 1e6:.2f} M parameters ({n_params * 2 / 2**20:.1f} MiB in bf16); "
@@ -1483,6 +1486,8 @@ def main(argv=None):
     t.add_argument("--prefetch", type=int,
                    help="batches built ahead in a worker process; 0 builds each in the loop "
                         "(default: 4 on CUDA, 0 on the CPU)")
+    t.add_argument("--compile", action="store_true",
+                   help="torch.compile the backbone (fused kernels, fewer launches; compiling takes a minute or two)")
     t.add_argument("--log-every", type=int, default=100)
     t.add_argument("--eval-every", type=int, default=1000)
     t.add_argument("--profile-steps", type=int, default=0,
