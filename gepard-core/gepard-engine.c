@@ -64,6 +64,7 @@ struct _GepardEngine
   GCond decoder_cond;
   GPtrArray *decoder_batch;
   gboolean decoder_quit;
+  int lead; /* scheduler thread only: steps run since decoder_batch was handed */
 
   GMutex voices_lock;
   GHashTable *voices; /* id → GepardVoice* */
@@ -376,6 +377,16 @@ hand_decode_jobs (GepardEngine *engine)
   return TRUE;
 }
 
+/* Scheduler thread: whether the decode thread is still on the batch it was handed. */
+static gboolean
+decoder_busy (GepardEngine *engine)
+{
+  g_mutex_lock (&engine->decoder_lock);
+  gboolean busy = engine->decoder_batch != NULL;
+  g_mutex_unlock (&engine->decoder_lock);
+  return busy;
+}
+
 /* Scheduler thread: until the decode thread is done with the batch it was handed. */
 static void
 wait_decode_jobs (GepardEngine *engine)
@@ -541,16 +552,29 @@ scheduler_main (gpointer data)
       guint ended = remove_ended (admitted) + remove_ended (engine->running);
 
       /* the codec service: every stream's frames queued by now, in one batched decode — on the
-       * decode thread while the step runs, else after it. Alongside a step, frames queued while
-       * it runs wait for the next iteration's (which comes at once: the queue is not empty). */
+       * decode thread, else after the step. The decode thread takes the queue whenever it is
+       * free, and steps go on while its pass runs, up to decode_lead of them: so one stream's
+       * frames come at the LM's pace and pile up for the next pass (which decodes several frames
+       * of each stream at once) rather than waiting for each pass. */
       gboolean stepping = admitted->len + engine->running->len > 0;
-      gboolean handed = stepping && engine->decoder != NULL && hand_decode_jobs (engine);
-      if (stepping)
-        run_step (engine, admitted);
-      if (handed)
-        wait_decode_jobs (engine);
-      else if (!stepping || engine->decoder == NULL)
-        run_decode_jobs (engine);
+      if (engine->decoder != NULL)
+        {
+          if (!decoder_busy (engine) && hand_decode_jobs (engine))
+            engine->lead = 0;
+          if (stepping && (engine->lead < engine->options.decode_lead || !decoder_busy (engine)))
+            {
+              run_step (engine, admitted);
+              engine->lead++;
+            }
+          else
+            wait_decode_jobs (engine);
+        }
+      else
+        {
+          if (stepping)
+            run_step (engine, admitted);
+          run_decode_jobs (engine);
+        }
 
       while (admitted->len > 0)
         g_ptr_array_add (engine->running, g_ptr_array_steal_index (admitted, 0));
@@ -602,6 +626,8 @@ gepard_engine_options_init (GepardEngineOptions *options)
   options->decode_alongside = g_strcmp0 (alongside, "1") == 0   ? 1
                               : g_strcmp0 (alongside, "0") == 0 ? 0
                                                                 : -1;
+  const char *lead = g_getenv ("GEPARD_DECODE_LEAD");
+  options->decode_lead = lead != NULL ? MAX (1, (int)g_ascii_strtoll (lead, NULL, 10)) : 8;
 }
 
 /* The backend for `info`'s device. A GPU that cannot take the model falls back to the CPU when
@@ -687,6 +713,7 @@ gepard_engine_new (const char *model, const char *device, const GepardEngineOpti
     engine->options.decode_alongside = compute->decode_alongside;
   if (codec == NULL)
     engine->options.decode_alongside = 0;
+  engine->options.decode_lead = MAX (1, engine->options.decode_lead);
   engine->checkpoint = g_steal_pointer (&checkpoint);
   engine->model = lm;
   engine->codec = codec;

@@ -40,6 +40,9 @@ typedef struct
                            while the next step runs; 0: after it, on the scheduler thread;
                            default -1: what the backend prefers (alongside on a GPU), or
                            GEPARD_DECODE_ALONGSIDE's 0 or 1 where it is set */
+  int decode_lead;      /* alongside: the steps that may run while one codec pass is in flight
+                           before the scheduler waits for it (1: each step waits for the pass
+                           beside it); default GEPARD_DECODE_LEAD, else 8 */
 } GepardEngineOptions;
 
 void gepard_engine_options_init (GepardEngineOptions *options);

@@ -21,9 +21,10 @@
  * weights and X the virtual input read at a column offset: with GEPARD_CUDA_CODEC_GEMM=cublas,
  * cuBLAS runs those (TF32, fp32 accumulation) into a scratch plane and one elementwise kernel adds
  * the bias, the residual and the branch mean (the own kernel serves where cuBLAS cannot be
- * opened). With GEPARD_CUDA_CODEC_GEMM=fp16 a second own kernel runs it with fp16 operands
- * (mma.sync m16n8k16, fp32 accumulation): fp16 keeps TF32's 10-bit mantissa at twice its rate and
- * half its bytes, the gather writes the virtual input in fp16 and the weights are uploaded so.
+ * opened). By default (GEPARD_CUDA_CODEC_GEMM=fp16; `own` names the TF32 kernel) a second own
+ * kernel runs it with fp16 operands (mma.sync m16n8k16, fp32 accumulation): fp16 keeps TF32's
+ * 10-bit mantissa at twice its rate and half its bytes, the gather writes the virtual input in fp16
+ * and the weights are uploaded so (a codec with a weight beyond fp16's range runs in TF32).
  * GEPARD_CUDA_CODEC_PEDANTIC=1 sums in plain fp32 with the own kernel (the reference for the error
  * the tensor cores add). Either way the summation order differs from the CPU's, so
  * results agree with gepard-codec.c within a tolerance, not bit for bit. */
@@ -743,7 +744,8 @@ struct _GepardCudaCodec
   int device = 0;
   cudaStream_t stream = NULL;
   bool tensor_cores = true;
-  bool f16 = false; /* the convolutions' GEMMs in the own fp16 kernel */
+  bool f16 = false;       /* the convolutions' GEMMs in the own fp16 kernel */
+  bool f16_unfit = false; /* a weight that fp16 cannot hold stopped the loading */
   /* the convolutions' GEMMs through cuBLAS (else the own kernel); blas_status: its last failure */
   const GepardCudaBlas *blas = NULL;
   cublasHandle_t blas_handle = NULL;
@@ -909,9 +911,12 @@ load_conv (GepardCudaCodec *codec, Conv &conv, int c_in, int c_out, int kernel, 
   for (size_t i = 0; i < packed.size (); i++)
     {
       if (!(fabsf (packed[i]) <= 65504.0f))
-        return msg.fail ("The codec's tensor %s.conv.weight has a value (%g) that fp16 cannot "
-                         "hold; unset GEPARD_CUDA_CODEC_GEMM=fp16",
-                         name.c_str (), packed[i]);
+        {
+          codec->f16_unfit = true;
+          return msg.fail ("The codec's tensor %s.conv.weight has a value (%g) that fp16 cannot "
+                           "hold; GEPARD_CUDA_CODEC_GEMM=own runs the codec in TF32",
+                           name.c_str (), packed[i]);
+        }
       halves[i] = __float2half_rn (packed[i]);
     }
   return upload (codec, &conv.w16, halves, msg);
@@ -1285,7 +1290,7 @@ namespace
 {
 
 int
-codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c,
+codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c, const char *gemm,
             GepardCudaTensorLookup lookup, void *user_data, Message &msg)
 {
   if (c->latent_dim < 1 || c->base_channels < 2 || c->n_stages < 1 || c->n_stages > 8
@@ -1303,11 +1308,10 @@ codec_init (GepardCudaCodec *codec, int device, const GepardCudaCodecConfig *c,
   codec->profile_batch = profile != NULL ? atoi (profile) : 0;
   CUDA_TRY (cudaSetDevice (device), "Selecting the GPU");
   CUDA_TRY (cudaStreamCreateWithFlags (&codec->stream, cudaStreamNonBlocking), "Creating a stream");
-  const char *gemm = getenv ("GEPARD_CUDA_CODEC_GEMM");
-  codec->f16 = codec->tensor_cores && gemm != NULL && strcmp (gemm, "fp16") == 0;
+  codec->f16 = codec->tensor_cores && strcmp (gemm, "fp16") == 0;
   if (codec->f16)
     CUDA_TRY (allow_f16_shared_memory (), "Preparing the codec's fp16 kernels");
-  if (codec->tensor_cores && gemm != NULL && strcmp (gemm, "cublas") == 0)
+  if (codec->tensor_cores && strcmp (gemm, "cublas") == 0)
     {
       /* where cuBLAS cannot be opened, the own kernel serves */
       Message quiet = {NULL, 0};
@@ -1393,8 +1397,19 @@ gepard_cuda_codec_new (int device, const GepardCudaCodecConfig *config,
                        char *message, size_t message_len)
 {
   Message msg = {message, message_len};
+  /* fp16 unless GEPARD_CUDA_CODEC_GEMM names another; a codec whose weights fp16 cannot hold
+   * runs in the TF32 kernel instead, unless fp16 was asked for */
+  const char *gemm = getenv ("GEPARD_CUDA_CODEC_GEMM");
   GepardCudaCodec *codec = new GepardCudaCodec ();
-  if (codec_init (codec, device, config, lookup, user_data, msg) != 0)
+  int status
+      = codec_init (codec, device, config, gemm != NULL ? gemm : "fp16", lookup, user_data, msg);
+  if (status != 0 && codec->f16_unfit && gemm == NULL)
+    {
+      gepard_cuda_codec_free (codec);
+      codec = new GepardCudaCodec ();
+      status = codec_init (codec, device, config, "own", lookup, user_data, msg);
+    }
+  if (status != 0)
     {
       gepard_cuda_codec_free (codec);
       return -1;

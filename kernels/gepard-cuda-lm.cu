@@ -257,10 +257,12 @@ struct _GepardCudaModel
   void *blas_workspace;
 
   bool use_graphs;
-  /* steps of up to GEPARD_GEMV_MAX_ROWS rows run their products in the few-row kernels (every
-   * matrix's row length a multiple of 8, hidden ≤ 3072) with GEPARD_CUDA_GEMV=1, until they have
-   * been measured against cuBLAS on a GPU */
-  bool gemv;
+  /* steps of up to gemv_rows rows (0: none) run their products in the few-row kernels (every
+   * matrix's row length a multiple of 8, hidden ≤ 3072): by default steps of one row, where they
+   * beat cuBLAS on an H100 (0.72 against 0.74 ms a step at context 64, 1.78 against 2.00 ms at
+   * 1024; at 8 rows they took 1.43 against 0.81 ms); GEPARD_CUDA_GEMV_ROWS=N sets it, up to
+   * GEPARD_GEMV_MAX_ROWS */
+  int gemv_rows;
   std::vector<Graph> graphs;
   unsigned long long graph_clock;
   cublasComputeType_t compute_type;
@@ -680,10 +682,13 @@ model_init (GepardCudaModel *m, int device, const GepardCudaModelConfig *c,
   const char *pedantic = getenv ("GEPARD_CUDA_GEMM_PEDANTIC");
   m->compute_type = pedantic != NULL && strcmp (pedantic, "1") == 0 ? CUBLAS_COMPUTE_32F_PEDANTIC
                                                                     : CUBLAS_COMPUTE_32F;
-  const char *gemv = getenv ("GEPARD_CUDA_GEMV");
-  m->gemv = gemv != NULL && strcmp (gemv, "1") == 0 && c->hidden_size % 8 == 0
-            && c->hidden_size <= 3072 && (c->n_q_heads * c->head_dim) % 8 == 0
-            && c->intermediate_size % 8 == 0 && (c->n_audio_heads * c->audio_embed_dim) % 8 == 0;
+  const char *gemv_rows = getenv ("GEPARD_CUDA_GEMV_ROWS");
+  const bool gemv_fits = c->hidden_size % 8 == 0 && c->hidden_size <= 3072
+                         && (c->n_q_heads * c->head_dim) % 8 == 0 && c->intermediate_size % 8 == 0
+                         && (c->n_audio_heads * c->audio_embed_dim) % 8 == 0;
+  m->gemv_rows = !gemv_fits          ? 0
+                 : gemv_rows == NULL ? 1
+                                     : std::clamp (atoi (gemv_rows), 0, GEPARD_GEMV_MAX_ROWS);
 
   if (load_weights (m, c, lookup, user_data, msg) != 0)
     return -1;
@@ -881,7 +886,7 @@ run_step (GepardCudaModel *m, const MetaLayout &lay, int n, int rows, int frames
   /* a step of a few rows (decodes of a few sequences) is bound by kernel latency: its products
    * run in the few-row kernels, which also run the RMSNorm before them, add the attention's and
    * the MLP's outputs to the residual stream and run SwiGLU: 6 launches a layer */
-  const bool few = m->gemv && rows <= GEPARD_GEMV_MAX_ROWS;
+  const bool few = rows <= m->gemv_rows;
 
   CUDA_TRY (gepard_launch_embed_rows (st, row_meta, rows, m->embed,
                                       (const float *)(m->d_meta + lay.prefix), h, m->x),

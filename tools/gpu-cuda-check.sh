@@ -2,16 +2,18 @@
 # The CUDA backend on a GPU host: gepard-cuda-check parity (CPU reference against the GPU, greedy
 # and sampled generation in lockstep) on fresh random test models — the tiny preset and the
 # gepard-1.0 shapes — a compute-sanitizer pass over a small run, then the decode step time for
-# B = 1, 8, 64, 256 with and without CUDA graphs; the parity, the sanitizer and B = 1, 8 again
-# with the few-row kernels (GEPARD_CUDA_GEMV=1). `gpu-cuda-check.sh diag` instead runs the
-# parity with the GEMMs summed without tensor cores, and profiles a batch-1 decode with ncu.
+# B = 1, 8, 64, 256 with and without CUDA graphs; the parity and the sanitizer with the few-row
+# kernels never used and used up to 8 rows (GEPARD_CUDA_GEMV_ROWS=0, 8), and B = 1, 2, 4, 8 with
+# each. `gpu-cuda-check.sh diag` instead runs the parity with the GEMMs summed without tensor
+# cores, and profiles a batch-1 decode with ncu.
 # `gpu-cuda-check.sh codec` checks the GPU's audio decoder against the CPU codec (tiny and
 # published codec shapes, plain fp32 sums and each GEMM of GEPARD_CODEC_GEMMS: the own TF32 kernel,
-# the own fp16 kernel, cuBLAS), runs compute-sanitizer over the fp16 kernel, times the batched
-# pass, profiles one pass over 256 streams (GEMM: GEPARD_CUDA_CODEC_GEMM; GEPARD_CODEC_PROFILE=0
-# skips it) and runs the engine benchmark end to end (LM and codec) on the gepard-1.0 shapes,
-# with the codec pass beside each LM step and, for comparison, after it (GEPARD_CODEC_ENGINE=0
-# skips both).
+# the own fp16 kernel, cuBLAS), runs compute-sanitizer over the fp16 kernel (the tools of
+# GEPARD_CODEC_SANITIZERS, default memcheck racecheck), times the batched pass, profiles one pass
+# over 256 streams (GEMM: GEPARD_CUDA_CODEC_GEMM; GEPARD_CODEC_PROFILE=0 skips it) and runs the engine benchmark end to end (LM and codec) on the gepard-1.0 shapes,
+# with the codec pass beside the LM's steps (which run on while it does) and, for comparison, with
+# each step waiting for the pass beside it and with the pass after each step
+# (GEPARD_CODEC_ENGINE=0 skips them).
 #
 # The host needs no build tools: `gpu-cuda-check.sh pack`, run here after a build
 # (GEPARD_BUILD_DIR, default build), copies the binaries to $GEPARD_PREFIX/build (default
@@ -67,6 +69,24 @@ exec > >(tee "$out/gpu-cuda-check.log") 2>&1
 
 step() { echo; echo "=== $* ($(date -u +%T))"; }
 
+# kernel times by kernel name from an ncu CSV of gpu__time_duration.sum
+kernel_times() {
+  python3 - "$1" <<'EOF'
+import csv, sys, collections
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))
+        if r.get("Metric Name") == "gpu__time_duration.sum"]
+by = collections.defaultdict(lambda: [0, 0.0])
+for r in rows:
+    name = r["Kernel Name"].replace("(anonymous namespace)::", "").replace("void ", "").split("(")[0]
+    by[name][0] += 1
+    by[name][1] += float(r["Metric Value"].replace(",", "")) / 1e6
+total = sum(v[1] for v in by.values())
+print(f"{len(rows)} kernels, {total:.3f} ms in all")
+for name, (n, ms) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+    print(f"{name:28s} {n:5d} launches {ms:8.3f} ms {100 * ms / total:5.1f} %")
+EOF
+}
+
 for deb in "$prefix"/debs/*.deb; do dpkg -x "$deb" "$libs"; done
 export LD_LIBRARY_PATH=$libs/usr/lib/x86_64-linux-gnu:$libs/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # GLib's own dependencies, only where the host lacks them (its newer copies are kept otherwise)
@@ -96,11 +116,13 @@ if [ "${1:-}" = diag ]; then
     GEPARD_CUDA_GEMM_PEDANTIC=1 timeout 200 "$bin/tools/gepard-cuda-check" parity \
       "$models/g1-$layers" --batches 1,8 --frames 50
   done
-  step "kernel times, batch 1, context 64"
+  step "kernel times, batch 1, context 64 (the prefill, then 2 warm-up steps and 2 timed ones)"
   GEPARD_CUDA_GRAPHS=0 timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
     --csv --print-units base --log-file "$out/ncu-b1.csv" \
-    "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1 --contexts 64 --steps 2
-  step done
+    "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1 --contexts 64 --steps 2 \
+    >/dev/null
+  kernel_times "$out/ncu-b1.csv"
+  step "done"
   exit 0
 fi
 
@@ -139,11 +161,11 @@ EOF
     "$models/tiny-codec" --frames 40 --batches 1
   echo "exit $?"
   if command -v compute-sanitizer >/dev/null; then
-    for tool in memcheck racecheck; do
+    for tool in ${GEPARD_CODEC_SANITIZERS:-memcheck racecheck}; do
       step "compute-sanitizer $tool, tiny codec, fp16 GEMMs"
       GEPARD_CUDA_CODEC_GEMM=fp16 GEPARD_CUDA_GRAPHS=0 timeout 200 compute-sanitizer --tool "$tool" \
         --print-limit 20 "$bin/tools/gepard-cuda-check" codec "$models/tiny-codec" --frames 3 \
-        --batches 3,20
+        --batches 3,20 --steps 2
       echo "exit $?"
     done
   fi
@@ -160,7 +182,7 @@ EOF
     "$models/g1-codec" --frames 12 --batches 1
   echo "exit $?"
   if [ "${GEPARD_CODEC_PROFILE:-1}" = 0 ]; then
-    step done
+    step "done"
     exit 0
   fi
   step "kernel times of one codec pass over 256 streams"
@@ -168,22 +190,9 @@ EOF
     --metrics gpu__time_duration.sum --csv --print-units base --log-file "$out/ncu-codec.csv" \
     "$bin/tools/gepard-cuda-check" codec "$models/g1-codec" --frames 2 --batches 256 --steps 1 \
     >/dev/null
-  python3 - "$out/ncu-codec.csv" <<'EOF'
-import csv, sys, collections
-rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))
-        if r.get("Metric Name") == "gpu__time_duration.sum"]
-by = collections.defaultdict(lambda: [0, 0.0])
-for r in rows:
-    name = r["Kernel Name"].replace("(anonymous namespace)::", "").replace("void ", "").split("(")[0]
-    by[name][0] += 1
-    by[name][1] += float(r["Metric Value"].replace(",", "")) / 1e6
-total = sum(v[1] for v in by.values())
-print(f"{len(rows)} kernels, {total:.3f} ms in all")
-for name, (n, ms) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-    print(f"{name:28s} {n:5d} launches {ms:8.3f} ms {100 * ms / total:5.1f} %")
-EOF
+  kernel_times "$out/ncu-codec.csv"
   if [ "${GEPARD_CODEC_ENGINE:-1}" = 0 ]; then
-    step done
+    step "done"
     exit 0
   fi
   step "engine end to end (LM + codec on the GPU), gepard-1.0 shapes, 200 frames"
@@ -195,29 +204,29 @@ EOF
   echo "exit $?"
   kill "$sampler" 2>/dev/null
   echo "GPU memory in use during the benchmark: at most $(sort -n "$out/memory.log" | tail -1) MiB"
-  step "the same with the LM's few-row kernels (GEPARD_CUDA_GEMV=1)"
-  GEPARD_CUDA_GEMV=1 timeout 200 "$bin/tools/gepard-bench" engine "$models/g1-codec" \
-    --device cuda --concurrency 1,1,8 --frames 200
+  step "the same with each LM step waiting for the codec pass beside it (GEPARD_DECODE_LEAD=1)"
+  GEPARD_DECODE_LEAD=1 timeout 300 "$bin/tools/gepard-bench" engine "$models/g1-codec" \
+    --device cuda --concurrency "${GEPARD_ENGINE_LEAD1_CONCURRENCY:-1,1,8,256}" --frames 200
   echo "exit $?"
   step "the same with each codec pass after the LM step instead of beside it"
   GEPARD_DECODE_ALONGSIDE=0 timeout 300 "$bin/tools/gepard-bench" engine "$models/g1-codec" \
     --device cuda --concurrency "${GEPARD_ENGINE_SERIAL_CONCURRENCY:-1,1,256}" --frames 200
   echo "exit $?"
-  step done
+  step "done"
   exit 0
 fi
 
 step "tiny model"
 rm -rf "$models/tiny"
 timeout 60 "$bin/tools/gepard-make-test-model" -p tiny --codec none "$models/tiny" >/dev/null
-for gemv in 0 1; do
-  step "parity, tiny, GEPARD_CUDA_GEMV=$gemv"
-  GEPARD_CUDA_GEMV=$gemv timeout 90 "$bin/tools/gepard-cuda-check" parity "$models/tiny" \
+for rows in 0 8; do
+  step "parity, tiny, GEPARD_CUDA_GEMV_ROWS=$rows"
+  GEPARD_CUDA_GEMV_ROWS=$rows timeout 90 "$bin/tools/gepard-cuda-check" parity "$models/tiny" \
     --batches 1,8 --frames 50
   echo "exit $?"
   if command -v compute-sanitizer >/dev/null; then
-    step "compute-sanitizer memcheck, tiny, GEPARD_CUDA_GEMV=$gemv"
-    GEPARD_CUDA_GEMV=$gemv timeout 120 compute-sanitizer --tool memcheck --print-limit 20 \
+    step "compute-sanitizer memcheck, tiny, GEPARD_CUDA_GEMV_ROWS=$rows"
+    GEPARD_CUDA_GEMV_ROWS=$rows timeout 120 compute-sanitizer --tool memcheck --print-limit 20 \
       "$bin/tools/gepard-cuda-check" parity "$models/tiny" --batches 3 --frames 4
     echo "exit $?"
   fi
@@ -229,10 +238,10 @@ for layers in 2 14; do
   step "gepard-1.0 shapes, $layers layers"
   timeout 150 "$bin/tools/gepard-make-test-model" -p gepard-1.0 --codec none --layers "$layers" \
     "$models/g1-$layers" >/dev/null
-  for gemv in 0 1; do
-    step "parity, gepard-1.0 shapes, $layers layers, GEPARD_CUDA_GEMV=$gemv"
-    GEPARD_CUDA_GEMV=$gemv timeout 200 "$bin/tools/gepard-cuda-check" parity "$models/g1-$layers" \
-      --batches 1,8 --frames 50
+  for rows in 0 8; do
+    step "parity, gepard-1.0 shapes, $layers layers, GEPARD_CUDA_GEMV_ROWS=$rows"
+    GEPARD_CUDA_GEMV_ROWS=$rows timeout 200 "$bin/tools/gepard-cuda-check" parity \
+      "$models/g1-$layers" --batches 1,8 --frames 50
     echo "exit $?"
   done
 done
@@ -240,12 +249,14 @@ step "decode step time, gepard-1.0 shapes"
 timeout 200 "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1,8,64,256 \
   --contexts 64,1024 --steps 20
 echo "exit $?"
-step "decode step time, gepard-1.0 shapes, few-row kernels (GEPARD_CUDA_GEMV=1)"
-GEPARD_CUDA_GEMV=1 timeout 200 "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1,8 \
-  --contexts 64,1024 --steps 20
-echo "exit $?"
+for rows in 0 8; do
+  step "decode step time, gepard-1.0 shapes, GEPARD_CUDA_GEMV_ROWS=$rows"
+  GEPARD_CUDA_GEMV_ROWS=$rows timeout 200 "$bin/tools/gepard-cuda-check" bench "$models/g1-14" \
+    --batches 1,2,4,8 --contexts 64,1024 --steps 20
+  echo "exit $?"
+done
 step "decode step time, gepard-1.0 shapes, without CUDA graphs"
 GEPARD_CUDA_GRAPHS=0 timeout 200 "$bin/tools/gepard-cuda-check" bench "$models/g1-14" \
   --batches 1,8,64,256 --contexts 64,1024 --steps 20
 echo "exit $?"
-step done
+step "done"
