@@ -559,9 +559,13 @@ scheduler_main (gpointer data)
       gboolean stepping = admitted->len + engine->running->len > 0;
       if (engine->decoder != NULL)
         {
+          /* a step that has run its lead waits for the pass first: this iteration's admitted
+           * utterances are prefilled by the step, whatever the codec is doing */
+          if (stepping && engine->lead >= engine->options.decode_lead)
+            wait_decode_jobs (engine);
           if (!decoder_busy (engine) && hand_decode_jobs (engine))
             engine->lead = 0;
-          if (stepping && (engine->lead < engine->options.decode_lead || !decoder_busy (engine)))
+          if (stepping)
             {
               run_step (engine, admitted);
               engine->lead++;

@@ -566,6 +566,66 @@ test_decode_alongside (void)
   g_assert_cmpuint (stats.decode_batches_alongside, >, 0);
 }
 
+static gpointer
+decoders_thread (gpointer engine)
+{
+  decode_in_threads (engine, 4);
+  return NULL;
+}
+
+/* Utterances that arrive while the decode thread is busy and the steps have run their lead
+ * (GEPARD_DECODE_LEAD=1 here: each step waits for the pass beside it) are prefilled and generate
+ * the reference's frames like any other. */
+static void
+test_decode_alongside_admits (void)
+{
+  g_autoptr (GError) error = NULL;
+  GepardEngineOptions options;
+  gepard_engine_options_init (&options);
+  options.decode_alongside = 1;
+  options.decode_lead = 1;
+  g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", &options, &error);
+  g_assert_no_error (error);
+  GepardSampling sampling;
+  gepard_sampling_init_default (&sampling);
+  sampling.seed = 9;
+  sampling.max_frames = 12;
+  sampling.ignore_stop = TRUE;
+
+  GThread *decoders = g_thread_new ("decoders", decoders_thread, engine);
+  enum
+  {
+    N = 24
+  };
+  Record *records[N];
+  GepardUtterance *utterances[N];
+  gint32 texts[N][16];
+  int lengths[N];
+  for (int i = 0; i < N; i++)
+    {
+      text_for (i, texts[i], &lengths[i]);
+      records[i] = record_new (0);
+      utterances[i] = gepard_engine_submit (engine, texts[i], lengths[i], NULL, 0, &sampling,
+                                            &callbacks, records[i], NULL, &error);
+      g_assert_no_error (error);
+      g_usleep (500);
+    }
+  g_thread_join (decoders);
+  for (int i = 0; i < N; i++)
+    {
+      record_wait (records[i]);
+      g_autoptr (GArray) expected = reference_frames (engine, texts[i], lengths[i], &sampling);
+      g_assert_cmpint (records[i]->end, ==, GEPARD_UTTERANCE_MAX_FRAMES);
+      g_assert_cmpmem (records[i]->frames->data, records[i]->frames->len * 4, expected->data,
+                       expected->len * 4);
+      gepard_utterance_unref (utterances[i]);
+      record_free (records[i]);
+    }
+  GepardEngineStats stats;
+  gepard_engine_get_stats (engine, &stats);
+  g_assert_cmpuint (stats.decode_batches_alongside, >, 0);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -584,6 +644,7 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/audio-decoder-exact", test_audio_decoder_exact);
   g_test_add_func ("/engine/audio-decoders-batch", test_audio_decoders_batch);
   g_test_add_func ("/engine/decode-alongside", test_decode_alongside);
+  g_test_add_func ("/engine/decode-alongside-admits", test_decode_alongside_admits);
   int result = g_test_run ();
 
   g_autofree char *rm = g_strdup_printf ("rm -rf '%s'", work_dir);

@@ -17,7 +17,7 @@
 # TTS_GPU_DEVICE_IDS (one engine each), gepard-server's /metrics is sampled during each level and
 # OUT/devices.md gives each device's mean and largest batch: how the streams were spread.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 prefix=${GEPARD_PREFIX:-$PWD/device-prefix}
 out=${OUT:-$PWD/build/gpu-server-bench}
@@ -64,6 +64,11 @@ EOF
     gepard-bench server "$url" --concurrency "$c" --frames "$3" --sentences "$4" \
       --sample-rate 22050 | tee -a "$2"
     [ -n "${5:-}" ] && kill "$sampler" 2>/dev/null
+    if ! kill -0 "$pid" 2>/dev/null; then
+      wait "$pid"
+      echo "the server exited during the level of C = $c, with status $? (over 128: signal)"
+      return 1
+    fi
   done
 }
 
