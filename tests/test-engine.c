@@ -517,6 +517,22 @@ test_audio_decoders_batch (void)
   g_assert_cmpuint (stats.decode_batches, <, stats.decoded_frames);
 }
 
+/* A CPU engine with its codec passes on the decode thread (a GPU's default), `lead` steps
+ * running while one is in flight; lead 0: the default lead. */
+static GepardEngine *
+engine_decoding_alongside (int lead)
+{
+  g_autoptr (GError) error = NULL;
+  GepardEngineOptions options;
+  gepard_engine_options_init (&options);
+  options.decode_alongside = 1;
+  if (lead > 0)
+    options.decode_lead = lead;
+  GepardEngine *engine = gepard_engine_new (model_dir, "cpu", &options, &error);
+  g_assert_no_error (error);
+  return engine;
+}
+
 /* Decoding beside the steps, on the engine's decode thread (a GPU's default, forced here): an
  * utterance generating all along still gets the reference's frames, each decoder still gets
  * exact audio, and passes did run beside steps. */
@@ -524,11 +540,7 @@ static void
 test_decode_alongside (void)
 {
   g_autoptr (GError) error = NULL;
-  GepardEngineOptions options;
-  gepard_engine_options_init (&options);
-  options.decode_alongside = 1;
-  g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", &options, &error);
-  g_assert_no_error (error);
+  g_autoptr (GepardEngine) engine = engine_decoding_alongside (0);
   GepardSampling sampling;
   gepard_sampling_init_default (&sampling);
   sampling.seed = 5;
@@ -580,12 +592,7 @@ static void
 test_decode_alongside_admits (void)
 {
   g_autoptr (GError) error = NULL;
-  GepardEngineOptions options;
-  gepard_engine_options_init (&options);
-  options.decode_alongside = 1;
-  options.decode_lead = 1;
-  g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", &options, &error);
-  g_assert_no_error (error);
+  g_autoptr (GepardEngine) engine = engine_decoding_alongside (1);
   GepardSampling sampling;
   gepard_sampling_init_default (&sampling);
   sampling.seed = 9;
