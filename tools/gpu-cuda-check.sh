@@ -10,10 +10,10 @@
 # published codec shapes, plain fp32 sums and each GEMM of GEPARD_CODEC_GEMMS: the own TF32 kernel,
 # the own fp16 kernel, cuBLAS), runs compute-sanitizer over the fp16 kernel (the tools of
 # GEPARD_CODEC_SANITIZERS, default memcheck racecheck), times the batched pass, profiles one pass
-# over 256 streams (GEMM: GEPARD_CUDA_CODEC_GEMM; GEPARD_CODEC_PROFILE=0 skips it) and runs the engine benchmark end to end (LM and codec) on the gepard-1.0 shapes,
-# with the codec pass beside the LM's steps (which run on while it does) and, for comparison, with
-# each step waiting for the pass beside it and with the pass after each step
-# (GEPARD_CODEC_ENGINE=0 skips them).
+# over 256 streams (GEMM: GEPARD_CUDA_CODEC_GEMM; GEPARD_CODEC_PROFILE=0 skips it) and runs the
+# engine benchmark end to end (LM and codec) on the gepard-1.0 shapes, with the codec pass beside
+# the LM's steps (which run on while it does) and, for comparison, with each step waiting for the
+# pass beside it and with the pass after each step (GEPARD_CODEC_ENGINE=0 skips them).
 #
 # The host needs no build tools: `gpu-cuda-check.sh pack`, run here after a build
 # (GEPARD_BUILD_DIR, default build), copies the binaries to $GEPARD_PREFIX/build (default
