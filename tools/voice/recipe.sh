@@ -30,7 +30,7 @@
 # defaults), SPEECH_LIMIT (synthesize only that many train sentences: for a quick trial).
 # espeak-ng, the fortunes and the dictionary come from tools/voice/espeak-prefix.sh where the host
 # lacks them. CORPUS_ARGS: corpus.py's options (e.g. "--size 60000 --word-lists 30000");
-# TOKENIZER_ARGS: tokenizer.py's (e.g. "--vocab-size 1024"). LM_VARIANTS="NAME:OPTIONS;…": more
+# TOKENIZER_ARGS: tokenizer.py's (e.g. "--vocab-size 512"). LM_VARIANTS="NAME:OPTIONS;…": more
 # LMs trained side by side with the main one on the same codes and tokenizer (one small LM keeps
 # an H200 10–40 % busy), each with LM_ARGS and then its own OPTIONS, in RUN/lm-NAME, exported to
 # RUN/model-NAME once finished: variants to compare by their validation lines (valid_ce against
