@@ -478,6 +478,37 @@ def test_checkpoint_round_trip(run_dir):
     assert float(optimizer.state[p]["step"]) == TRAIN_STEPS
 
 
+def test_slimmed_run_resumes_from_the_same_weights(run_dir, data, tmp_path, capsys):
+    """slim keeps the weights and the run's state without AdamW's moments (a third of the size); the
+    slimmed run resumes at the same step with fresh moments and a learning rate that warms up again."""
+    slim = tmp_path / "slim"
+    assert lm.main(["slim", str(run_dir), str(slim)]) == 0
+    state, tensors = lm.read_checkpoint(slim)
+    full_state, full = lm.read_checkpoint(run_dir)
+    assert state["step"] == full_state["step"] == TRAIN_STEPS
+    assert set(tensors) == {k for k in full if k.startswith("model/")}
+    assert all(torch.equal(tensors[k], full[k]) for k in tensors)
+    size = lambda run: sum(f.stat().st_size for f in (run / lm.CHECKPOINT).iterdir())  # noqa: E731
+    assert size(slim) < 0.4 * size(run_dir)
+    assert (slim / "tokenizer.json").read_bytes() == (run_dir / "tokenizer.json").read_bytes()
+    with pytest.raises(SystemExit):
+        lm.main(["slim", str(run_dir), str(run_dir)])
+
+    assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(slim), "--resume",
+                    "--steps", str(TRAIN_STEPS + 2), "--log-every", "1", "--eval-every", "0",
+                    "--threads", "1", "--device", "cpu"]) == 0
+    assert "warms up again over 4 steps" in capsys.readouterr().out
+    records = [json.loads(line) for line in (slim / "train.log").read_text().splitlines()]
+    assert [r["step"] for r in records[-2:]] == [TRAIN_STEPS + 1, TRAIN_STEPS + 2]
+    peak, end = full_state["train"]["lr"], TRAIN_STEPS + 2
+    # the step's own learning rate (cosine over --steps), times 1/4 and 2/4 of the new warmup
+    expected = [lm.learning_rate(s, peak, 4, (s - 4) / (end - 4)) * f for s, f in ((TRAIN_STEPS, 0.25),
+                                                                                    (TRAIN_STEPS + 1, 0.5))]
+    assert [r["lr"] for r in records[-2:]] == pytest.approx(expected, rel=1e-9)
+    state = json.loads((slim / lm.CHECKPOINT / "state.json").read_text())
+    assert state["step"] == TRAIN_STEPS + 2
+
+
 # ---- export --------------------------------------------------------------------------------------
 
 def test_export_layout(exported):

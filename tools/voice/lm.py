@@ -23,6 +23,9 @@ Steps (DATA/codes.pt comes from tools/voice/codec.py; RUN is a directory of your
          there is none yet. The plan is --steps optimizer steps (default 40000) or, with
          --minutes M, M minutes of training time; the learning rate's cosine runs over it)
     python3 tools/voice/lm.py export RUN models/gepard-default
+    python3 tools/voice/lm.py slim RUN SLIM_RUN
+        (RUN with its checkpoint's weights only: resumable, a third of the size, for carrying a run
+         between machines; AdamW's moments start afresh when it resumes)
     python3 tools/voice/lm.py sample models/gepard-default --text "Hello there." --output frames.safetensors
     build/tools/gepard-codec-tool decode CODEC frames.safetensors samples.safetensors
     build/tools/gepard-inspect model models/gepard-default
@@ -832,8 +835,6 @@ def to_device(batch, device):
 
 def save_checkpoint(run_dir, model, optimizer, state):
     """RUN/checkpoint/: state.json + bf16 shards (≤ SHARD_BYTES each), replaced atomically."""
-    from safetensors.torch import save_file
-
     names = {p: n for n, p in model.named_parameters()}
     tensors = {}
     for name, tensor in model.state_dict().items():
@@ -843,6 +844,12 @@ def save_checkpoint(run_dir, model, optimizer, state):
         tensors["exp_avg/" + name] = s["exp_avg"].to(torch.bfloat16).cpu()
         tensors["exp_avg_sq/" + name] = s["exp_avg_sq"].to(torch.bfloat16).cpu()
         tensors["step/" + name] = torch.as_tensor(s["step"], dtype=torch.float32).reshape(1).cpu()
+    write_checkpoint(run_dir, tensors, state)
+
+
+def write_checkpoint(run_dir, tensors, state):
+    """RUN/checkpoint/ holding ``tensors`` in shards and ``state``, replaced atomically."""
+    from safetensors.torch import save_file
 
     shards, current, size = [], {}, 0
     for key in sorted(tensors):
@@ -1021,11 +1028,16 @@ def cmd_train(args):
     model = build_model(spec, ALIGN_ATTENTION if align_layers else "sdpa").to(device)
     optimizer = make_optimizer(model, hp["lr"], hp["weight_decay"], (0.9, 0.95), device.type == "cuda")
     step, epoch, batch_in_epoch, trained_s = 0, 0, 0, 0.0
+    rewarm_from = None  # a slimmed checkpoint (no AdamW moments): the learning rate warms up again
     if restored is not None:
         load_model_weights(model, tensors, "model/")
         restore_optimizer(optimizer, model, tensors, device)
         step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         trained_s = state.get("trained_s", 0.0)
+        if not any(k.startswith("exp_avg/") for k in tensors):
+            rewarm_from = step
+            print(f"no AdamW moments in the checkpoint: they start afresh, the learning rate warms up "
+                  f"again over {hp['warmup']} steps", flush=True)
         del tensors
 
     if args.compile:
@@ -1121,6 +1133,8 @@ def cmd_train(args):
             batch = to_device(batch, device)
 
         lr = learning_rate(step, hp["lr"], hp["warmup"], progress())
+        if rewarm_from is not None:
+            lr *= min(1.0, (step - rewarm_from + 1) / hp["warmup"])
         for group in optimizer.param_groups:
             group["lr"] = lr
         with phase("forward"), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
@@ -1213,6 +1227,33 @@ def export_checkpoint(run_dir, out_dir):
 
 def cmd_export(args):
     export_checkpoint(args.run, args.out_dir)
+    return 0
+
+
+def slim_checkpoint(run_dir, out_dir):
+    """RUN/checkpoint without AdamW's moments (2 bytes a parameter instead of 6), into OUT with
+    RUN's tokenizer.json and train.log: a run that carries across machines under a size limit.
+    Resuming it continues from the same weights, step and data order; AdamW's moments start afresh
+    (restore_optimizer leaves the parameters without them to the optimizer's first step)."""
+    restored = read_checkpoint(run_dir)
+    if restored is None:
+        raise SystemExit(f"{run_dir} has no {CHECKPOINT}/")
+    state, tensors = restored
+    out = pathlib.Path(out_dir)
+    if out.resolve() == pathlib.Path(run_dir).resolve():
+        raise SystemExit("slim writes a new run directory: give another OUT")
+    out.mkdir(parents=True, exist_ok=True)
+    write_checkpoint(out, {k: v for k, v in tensors.items() if k.startswith("model/")}, state)
+    for name in ("tokenizer.json", "train.log"):
+        if (pathlib.Path(run_dir) / name).exists():
+            shutil.copyfile(pathlib.Path(run_dir) / name, out / name)
+    size = sum(f.stat().st_size for f in (out / CHECKPOINT).iterdir())
+    print(f"{out}: step {state['step']}, weights only, {size / 2**20:.1f} MiB")
+    return out
+
+
+def cmd_slim(args):
+    slim_checkpoint(args.run, args.out_run)
     return 0
 
 
@@ -1498,6 +1539,10 @@ def main(argv=None):
     e.add_argument("run", help="run directory")
     e.add_argument("out_dir")
 
+    m = sub.add_parser("slim", help="copy a run with its checkpoint's weights only (resumable, a third the size)")
+    m.add_argument("run", help="run directory")
+    m.add_argument("out_run", help="the new run directory")
+
     s = sub.add_parser("sample", help="generate frames for a sentence (codes out)")
     s.add_argument("model", help="exported directory or run directory")
     s.add_argument("--text", help="the sentence")
@@ -1537,6 +1582,8 @@ def main(argv=None):
         return cmd_train(args)
     if args.command == "export":
         return cmd_export(args)
+    if args.command == "slim":
+        return cmd_slim(args)
     if not args.text and not args.ids:
         parser.error("sample needs --text or --ids")
     return cmd_sample(args)
