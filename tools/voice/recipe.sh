@@ -17,6 +17,10 @@
 # RECIPE_RESERVE_S seconds (120) are kept for saving and exporting. Running it again (on a fresh
 # machine, RUN carried back) continues. It prints "recipe: finished" once both trainings are done.
 #
+# The codec of the default voice ships as models/voice/codec.nemo (its encoder is what the LM's codes
+# come from): `mkdir -p RUN && cp models/voice/codec.nemo RUN/` before the first call skips the
+# codec's stages, and the recipe goes from the data to the codes and the LM.
+#
 # On a lent GPU machine that is lost between calls, RUN travels back and forth (16 MB for
 # codec.ckpt, 12.4 MB once its encoder is frozen; 6 bytes per LM parameter for RUN/lm/checkpoint:
 # 36 MB at 4 layers, 54 MB at the default 6; beside 11 MB of espeak-ng packages). Once the codec has finished, codec.nemo (8 MB)
