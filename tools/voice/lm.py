@@ -44,7 +44,8 @@ frames it reads are its own argmax predictions of them from a first pass (see ow
 examples' texts are tokenized with BPE-dropout P (see bpe_dropout_variants). AdamW, bf16
 autocast on CUDA, batches of similar length under a token budget (on CUDA built ahead in a
 worker process: see training_batches). RoPE uses bf16-rounded inv_freq in training as the engine
-does at inference (§1.5).
+does at inference (§1.5). A loss gone non-finite stops the run at its next log line with an error,
+the checkpoint saved before left as it was.
 
 A checkpoint (RUN/checkpoint/) is state.json plus safetensors shards of at most 15 MiB each holding
 the weights and both AdamW moments in bf16 (6 bytes a parameter), and each parameter's AdamW step.
@@ -1089,7 +1090,7 @@ def cmd_train(args):
         return total / n, ce_sum / n, stop_sum / n, (other_sum / n_other if n_other else None)
 
     log_path = run_dir / "train.log"
-    last_save = time.time()
+    last_save, saved_step = time.time(), (step if restored is not None else None)
     model.train()
     feeder = training_batches(TrainingBatches(train_set, plan, hp, step, epoch, batch_in_epoch),
                               args.prefetch if args.prefetch is not None else (4 if device.type == "cuda" else 0),
@@ -1173,9 +1174,17 @@ def cmd_train(args):
             with open(log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
             window = fresh_window()
+            if not math.isfinite(record["loss"]):
+                # diverged (a learning rate too high for the model's size, say): the weights are lost,
+                # and the checkpoint saved before stays as it is
+                del feeder
+                kept = "none was saved" if saved_step is None else f"{run_dir / CHECKPOINT} keeps step {saved_step}"
+                print(f"the loss is not finite at step {step}: stopped without saving the checkpoint ({kept}); "
+                      f"try a lower --lr", file=sys.stderr, flush=True)
+                return 1
         if args.save_every and time.time() - last_save > args.save_every * 60:
             save_checkpoint(run_dir, model, optimizer, snapshot())
-            last_save = time.time()
+            last_save, saved_step = time.time(), step
 
     del feeder  # its worker stops
     save_checkpoint(run_dir, model, optimizer, snapshot())

@@ -22,9 +22,10 @@
 # codec's stages, and the recipe goes from the data to the codes and the LM.
 #
 # On a lent GPU machine that is lost between calls, RUN travels back and forth (16 MB for
-# codec.ckpt, 12.4 MB once its encoder is frozen; 6 bytes per LM parameter for RUN/lm/checkpoint:
-# 36 MB at 4 layers, 54 MB at the default 6; beside 11 MB of espeak-ng packages). Once the codec has finished, codec.nemo (8 MB)
-# is all the LM's stage needs of it, and codec.ckpt may stay behind.
+# codec.ckpt, 12.4 MB once its encoder is frozen; 6 bytes per LM parameter for RUN/lm/checkpoint,
+# 46 MB at the default size, or 2 bytes, 15 MB, once `lm.py slim RUN/lm OUT` has dropped its AdamW
+# moments; beside 11 MB of espeak-ng packages). Once the codec has finished, codec.nemo (8 MB) is
+# all the LM's stage needs of it, and codec.ckpt may stay behind.
 #
 # Lengths are planned in minutes of training time on the machine at hand (the learning-rate
 # schedules run over them): CODEC_MINUTES (18) in all for the codec, of which the first
