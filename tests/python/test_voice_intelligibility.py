@@ -34,9 +34,8 @@ import speech  # noqa: E402
 
 HELDOUT_COUNT = 48
 BUILD_DIR = Path(os.environ.get("GEPARD_BUILD_DIR") or SOURCE_DIR / "build")
-# what the held-out speaker reads for a voice to be cloned from (a sentence of neither corpus split)
-CLONE_REFERENCE = "Reading a few plain words aloud gives the voice to clone."
 MAKE_TEST_MODEL = BUILD_DIR / "tools" / "gepard-make-test-model"
+SHIPPED_VOICE = SOURCE_DIR / "models" / "voice"
 
 
 def need(*programs):
@@ -83,6 +82,13 @@ def read_by_espeak(sentences, speaker, out_dir):
     return [out_dir / row["path"] for row in rows]
 
 
+def clone_reference(out_dir):
+    """A clip to clone a voice from: a sentence of neither corpus split read by the speaker held
+    out of training."""
+    return str(read_by_espeak(["Reading a few plain words aloud gives the voice to clone."], speech.HELDOUT_SPEAKER,
+                              out_dir)[0])
+
+
 @pytest.mark.parametrize("speaker", [speech.HELDOUT_SPEAKER, speech.TRAIN_SPEAKERS[0]], ids=lambda s: s[0])
 def test_espeak_reading_is_identified(heldout, speaker, tmp_path):
     need("espeak-ng", "gst-launch-1.0", "pocketsphinx_batch")
@@ -120,10 +126,7 @@ def untrained_model(tmp_path_factory):
 @pytest.mark.parametrize("cloned", [False, True], ids=["default", "cloned"])
 def test_untrained_model_through_the_pipeline_is_not_identified(heldout, untrained_model, cloned, tmp_path):
     need("espeak-ng", "gst-launch-1.0", "pocketsphinx_batch")
-    voice = "default"
-    if cloned:
-        voice = str(read_by_espeak([CLONE_REFERENCE],
-                                   speech.HELDOUT_SPEAKER, tmp_path)[0])
+    voice = clone_reference(tmp_path) if cloned else "default"
     wavs = intelligibility.synthesize(untrained_model, heldout, tmp_path / "gepard", voice=voice, max_frames=120,
                                       build_dir=BUILD_DIR)
     seconds = 0.0
@@ -178,7 +181,7 @@ def test_shipped_codec_keeps_the_words(heldout, tmp_path):
     the ceiling of any LM speaking through it is above the 90 % bar (measured: 48 of 48; 45 of 48
     for the speaker held out of training, whose own espeak-ng reading scores 47)."""
     need("espeak-ng", "gst-launch-1.0", "pocketsphinx_batch")
-    codec_path = SOURCE_DIR / "models" / "voice" / "codec.nemo"
+    codec_path = SHIPPED_VOICE / "codec.nemo"
     if not codec_path.exists():
         pytest.skip("this tree ships no trained codec")
     wavs = intelligibility.round_trip(codec_path, heldout, tmp_path)
@@ -194,15 +197,13 @@ def test_shipped_voice_is_identified(heldout, cloned, tmp_path):
     reading by the espeak-ng speaker held out of training, well enough for at least 90 % of them
     to be identified."""
     need("espeak-ng", "gst-launch-1.0", "pocketsphinx_batch")
-    model = SOURCE_DIR / "models" / "voice"
-    if not (model / "config.json").exists():
+    if not (SHIPPED_VOICE / "config.json").exists():
         pytest.skip("this tree ships no trained voice")
     if not (BUILD_DIR / "gst-plugins").is_dir():
         pytest.skip("the plugins are not built")
-    voice = "default"
-    if cloned:
-        voice = str(read_by_espeak([CLONE_REFERENCE], speech.HELDOUT_SPEAKER, tmp_path)[0])
-    wavs = intelligibility.synthesize(model, heldout, tmp_path / "gepard", voice=voice, build_dir=BUILD_DIR)
+    voice = clone_reference(tmp_path) if cloned else "default"
+    wavs = intelligibility.synthesize(SHIPPED_VOICE, heldout, tmp_path / "gepard", voice=voice,
+                                      build_dir=BUILD_DIR)
     correct, misses = intelligibility.score(wavs, heldout)
     print(f"\nshipped voice, {'cloned' if cloned else 'default'}: {correct} of {len(heldout)} identified; "
           f"missed: {misses}")

@@ -576,8 +576,9 @@ def test_export_loads_in_reference(exported):
 
 # ---- greedy generation against the C engine -----------------------------------------------------
 
-def _c_generate(exported, text, out, *options):
-    r = _run([INSPECT, "generate", exported, "--text", text, "--greedy", "--output", out, *options])
+def _c_generate(exported, text, out, *options, max_frames=MAX_FRAMES):
+    r = _run([INSPECT, "generate", exported, "--text", text, "--greedy", "--max-frames", max_frames,
+              "--output", out, *options])
     assert r.returncode == 0, r.stderr.decode()
     return load_file(str(out))["frames"]
 
@@ -616,7 +617,7 @@ def compare_greedy(exported, text, voice, options, sample_options, c_prefix, tmp
     """Greedy frames of the C engine (gepard-inspect generate) and of lm.py sample for the same
     text and prefix: identical, or parted only at a near tie of lm.py's own logits. A line saying
     which."""
-    c_frames = _c_generate(exported, text, tmp_path / "c.safetensors", "--max-frames", max_frames, *options)
+    c_frames = _c_generate(exported, text, tmp_path / "c.safetensors", *options, max_frames=max_frames)
     out = tmp_path / "py.safetensors"
     assert lm.main(["sample", str(exported), "--text", text, "--greedy", "--max-frames", str(max_frames),
                     "--output", str(out), "--threads", "1", *sample_options]) == 0
@@ -665,7 +666,7 @@ def test_stop_fires_after_the_first_frame(exported, tmp_path):
     tensors = load_pt(str(model_dir / "model.safetensors"))
     tensors["stop_head.bias"] = torch.full_like(tensors["stop_head.bias"], 30.0)
     save_pt(tensors, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
-    c_frames = _c_generate(model_dir, SENTENCES[1], tmp_path / "c.safetensors", "--max-frames", MAX_FRAMES)
+    c_frames = _c_generate(model_dir, SENTENCES[1], tmp_path / "c.safetensors")
     out = tmp_path / "py.safetensors"
     assert lm.main(["sample", str(model_dir), "--text", SENTENCES[1], "--greedy", "--output", str(out),
                     "--threads", "1"]) == 0

@@ -1102,7 +1102,7 @@ def cmd_train(args):
                 "t": time.time()}
 
     window = fresh_window()
-    finished = False
+    finished = diverged = False
     trained_before, loop_start = trained_s, time.time()
 
     # --profile-steps: torch.profiler over that many steps, once 20 of this run's have warmed up
@@ -1175,18 +1175,20 @@ def cmd_train(args):
                 f.write(json.dumps(record) + "\n")
             window = fresh_window()
             if not math.isfinite(record["loss"]):
-                # diverged (a learning rate too high for the model's size, say): the weights are lost,
-                # and the checkpoint saved before stays as it is
-                del feeder
-                kept = "none was saved" if saved_step is None else f"{run_dir / CHECKPOINT} keeps step {saved_step}"
-                print(f"the loss is not finite at step {step}: stopped without saving the checkpoint ({kept}); "
-                      f"try a lower --lr", file=sys.stderr, flush=True)
-                return 1
+                diverged = True
+                break
         if args.save_every and time.time() - last_save > args.save_every * 60:
             save_checkpoint(run_dir, model, optimizer, snapshot())
             last_save, saved_step = time.time(), step
 
     del feeder  # its worker stops
+    if diverged:
+        # a learning rate too high for the model's size, say: the weights are lost, and the
+        # checkpoint saved before stays as it is
+        kept = "none was saved" if saved_step is None else f"{run_dir / CHECKPOINT} keeps step {saved_step}"
+        print(f"the loss is not finite at step {step}: stopped without saving the checkpoint ({kept}); "
+              f"try a lower --lr", file=sys.stderr, flush=True)
+        return 1
     save_checkpoint(run_dir, model, optimizer, snapshot())
     plan_text = f"{hp['minutes']:g} min" if hp.get("minutes") else f"{hp['steps']} steps"
     print(f"{'finished' if finished else 'stopped'} at step {step} ({trained_s / 60:.1f} min) of {plan_text}; "
