@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# tools/voice/recipe.sh on a lent GPU host that may be lost between two calls, each call under
+# ten minutes:
+#
+#   tools/voice/gpu-recipe.sh start MINUTES [SECONDS]   the first call on a machine: seeds RUN and
+#                                                       starts recipe.sh RUN MINUTES detached (it
+#                                                       outlives the call), then follows it
+#   tools/voice/gpu-recipe.sh follow SECONDS            every later call, issued at once: follows it
+#
+# Following prints the recipe's stages, the LMs' validation lines and their latest step lines for
+# at most SECONDS (default 480) or until the recipe has ended, then leaves a snapshot in OUT: every
+# LM run of RUN slimmed (lm.py slim: its weights, step and data order, resumable; 15 MB at the
+# default size), their tokenizer and the logs, as OUT/voice-run.tar.partNN of at most 15 MiB each.
+# Here, after each call:
+#
+#   rm -rf device-prefix/voice-run && mkdir -p device-prefix/voice-run
+#   cat FILES_AT/voice-run.tar.part* | tar -x -C device-prefix/voice-run
+#
+# so that a machine lost mid-run costs at most the minutes since the LMs' last checkpoint (saved
+# every 3 minutes here). `start` seeds RUN with models/voice/codec.nemo (the codec's stages are
+# skipped) and with the LM runs of SEED (default device-prefix/voice-run, carried with the call)
+# where there are some, which the recipe then resumes; the data are made again. Each finished LM
+# is exported here from its slimmed run: python3 tools/voice/lm.py export device-prefix/voice-run/lm
+# MODEL_DIR. The recipe's own settings (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass
+# through the environment of `start`. Also: GPU_RECIPE_RUN (RUN, default /tmp/voice-run),
+# VOICE_WORK (the data, default /tmp/voice), OUT (default build/gpu-recipe).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+
+run=${GPU_RECIPE_RUN:-/tmp/voice-run}
+work=${VOICE_WORK:-/tmp/voice}
+seed=${SEED:-$PWD/device-prefix/voice-run}
+out=${OUT:-$PWD/build/gpu-recipe}
+ended=$run.exit
+export VOICE_WORK=$work PYTHONUNBUFFERED=1
+
+lm_runs() {
+  local d
+  for d in "$run"/lm "$run"/lm-*; do
+    [ -d "$d/checkpoint" ] && echo "$d"
+  done
+}
+
+start() {
+  local minutes=${1:?usage: gpu-recipe.sh start MINUTES [SECONDS]}
+  if [ -e "$run.pid" ] && kill -0 "$(cat "$run.pid")" 2>/dev/null; then
+    echo "gpu-recipe: a recipe is running already (pid $(cat "$run.pid")); follow it" >&2
+    return 1
+  fi
+  rm -rf "$run" "$ended" && mkdir -p "$run" "$out" || return 1
+  cp models/voice/codec.nemo "$run/" || return 1
+  local d
+  for d in "$seed"/lm "$seed"/lm-*; do
+    [ -d "$d/checkpoint" ] || continue
+    cp -r "$d" "$run/" || return 1
+    echo "gpu-recipe: resuming $(basename "$d") at step $(python3 -c 'import json, sys
+print(json.load(open(sys.argv[1]))["step"])' "$d/checkpoint/state.json")"
+  done
+  [ -s "$run/lm/tokenizer.json" ] && cp "$run/lm/tokenizer.json" "$run/tokenizer.json"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+  # checkpoints often enough that a lost machine costs little (a later --save-every in LM_ARGS wins)
+  export LM_ARGS="--save-every 3 ${LM_ARGS:-}"
+  setsid nohup bash -c 'tools/voice/recipe.sh "$1" "$2"; echo $? >"$3"' _ "$run" "$minutes" "$ended" \
+    >"$run.out" 2>&1 </dev/null &
+  echo $! >"$run.pid"
+  echo "gpu-recipe: started recipe.sh $run $minutes (pid $!)"
+}
+
+progress() {
+  grep -h "^=== recipe\|^recipe:" "$run/recipe.log" 2>/dev/null | tail -n 3
+  local f
+  for f in "$work"/lm-*.out; do
+    [ -s "$f" ] || continue
+    echo "$(basename "$f" .out): $(grep valid_ce "$f" | tail -n 1 | sed 's/ frames_per_s.*valid_loss=[^ ]*//')"
+    echo "$(basename "$f" .out): $(grep '^step' "$f" | tail -n 1)"
+  done
+}
+
+snapshot() {
+  local snap=$run.snapshot d name tries
+  rm -rf "$snap" && mkdir -p "$snap/logs" "$out" || return 1
+  for d in $(lm_runs); do
+    name=$(basename "$d")
+    # a checkpoint being replaced is gone for an instant: try again
+    for tries in 1 2 3; do
+      python3 tools/voice/lm.py slim "$d" "$snap/$name" >/dev/null && break
+      rm -rf "${snap:?}/$name"
+      sleep 2
+    done
+  done
+  cp "$run/recipe.log" "$work"/*.out "$snap/logs/" 2>/dev/null
+  rm -f "$out"/voice-run.tar.part*
+  tar -C "$snap" -cf - . | split -b 15M -d - "$out/voice-run.tar.part" || return 1
+  echo "gpu-recipe: snapshot in $out: $(cd "$snap" && ls -d lm* 2>/dev/null | tr '\n' ' ')($(du -sh "$snap" | cut -f1))"
+}
+
+follow() {
+  local seconds=${1:-480}
+  local end=$(($(date +%s) + seconds))
+  while [ ! -e "$ended" ] && [ "$(date +%s)" -lt "$end" ]; do
+    sleep "${GPU_RECIPE_POLL_S:-30}"
+    echo "--- $(date -u +%T)$(command -v nvidia-smi >/dev/null \
+      && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | sed 's/^/ GPU /')"
+    progress
+  done
+  if [ -e "$ended" ]; then
+    grep -v "^step=" "$run.out" | tail -n 20
+    echo "gpu-recipe: the recipe ended, exit status $(cat "$ended")"
+  fi
+  snapshot
+}
+
+case ${1:-} in
+  start)
+    start "${2:-}" && follow "${3:-420}"
+    ;;
+  follow) follow "${2:-480}" ;;
+  *)
+    echo "usage: $0 start MINUTES [SECONDS] | follow [SECONDS]" >&2
+    exit 2
+    ;;
+esac
