@@ -2,10 +2,10 @@
 
 tools/voice/recipe.sh end to end (corpus, espeak-ng speech, the shipped codec's encoding, tokenizer,
 LM, export) as gpu-recipe.sh drives it on a GPU host: started detached, followed, and left as a
-snapshot of slimmed LM runs in OUT's parts. The snapshot, unpacked as the script's header says,
-exports to a checkpoint directory the C engine loads, and seeds a second start, which resumes the
-LM at the step the first one reached (as after a lost machine) and trains it on. A second start
-while a recipe runs is refused.
+snapshot of slimmed LM runs in OUT's parts. `gpu-recipe.sh unpack` puts the snapshot in its place
+and the main LM's run where the next start is seeded from; the slimmed run exports to a checkpoint
+directory the C engine loads, and a second start resumes the LM at the step the first one reached
+(as after a lost machine) and trains it on. A second start while a recipe runs is refused.
 
 Needs espeak-ng (scripts/lib.sh installs it), models/voice/codec.nemo and gepard-inspect from
 $GEPARD_BUILD_DIR/tools (default <repo>/build).
@@ -33,15 +33,6 @@ SCRIPT = SOURCE_DIR / "tools" / "voice" / "gpu-recipe.sh"
 CODEC = SOURCE_DIR / "models" / "voice" / "codec.nemo"
 
 
-def unpack(out, into):
-    """OUT/voice-run.tar.part* → into/, as the script's header says to do it here."""
-    parts = sorted(out.glob("voice-run.tar.part*"))
-    assert parts, f"no snapshot in {out}: {sorted(p.name for p in out.iterdir())}"
-    into.mkdir(parents=True)
-    joined = b"".join(part.read_bytes() for part in parts)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=joined, check=True, timeout=60)
-
-
 def step_of(run):
     return json.loads((run / "checkpoint" / "state.json").read_text())["step"]
 
@@ -63,12 +54,13 @@ def toy(tmp_path_factory):
         "LM_ARGS": "--preset tiny --threads 2 --warmup 2 --log-every 2 --eval-every 1000 --valid-count 4",
         "LM_BATCH": "--max-tokens 3000 --max-batch 8", "LM_MINUTES": "0.15",
         "RECIPE_RESERVE_S": "5", "GPU_RECIPE_POLL_S": "1",
+        "SEED": str(root / "seed"), "GPU_RECIPE_SNAPSHOT": str(root / "snapshot"),
     })
     return root, env
 
 
-def gpu_recipe(env, out, *args, seed=None, timeout=600):
-    env = dict(env, OUT=str(out), SEED=str(seed or out / "no-seed"))
+def gpu_recipe(env, out, *args, timeout=600):
+    env = dict(env, OUT=str(out))
     return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -79,12 +71,14 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     print(first.stdout[-3000:], first.stderr[-2000:])
     assert first.returncode == 0
     assert "gpu-recipe: the recipe ended, exit status 0" in first.stdout
-    snap = root / "snap1"
-    unpack(root / "out1", snap)
+    unpacked = gpu_recipe(env, root / "out1", "unpack", str(root / "out1"))
+    assert unpacked.returncode == 0, unpacked.stderr
+    snap = root / "snapshot"
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
     reached = step_of(snap / "lm")
     assert reached > 0
     assert (snap / "lm" / "tokenizer.json").is_file()
+    assert step_of(root / "seed" / "lm") == reached
 
     # the slimmed run exports to a checkpoint directory the C engine loads
     model = root / "model"
@@ -96,23 +90,23 @@ def test_recipe_snapshot_exports_and_resumes(toy):
         shown = subprocess.run([str(INSPECT), "model", str(model)], capture_output=True, text=True, timeout=120)
         assert shown.returncode == 0, shown.stderr
 
-    # a fresh start seeded with the snapshot resumes the LM where it was and trains on
+    # a fresh start seeded with the unpacked snapshot resumes the LM where it was and trains on
     env = dict(env, LM_MINUTES="0.3")
-    second = gpu_recipe(env, root / "out2", "start", "6", "1", seed=snap)
+    second = gpu_recipe(env, root / "out2", "start", "6", "1")
     assert second.returncode == 0, second.stderr
     assert f"gpu-recipe: resuming lm at step {reached}" in second.stdout
-    refused = gpu_recipe(env, root / "out3", "start", "6", "1", seed=snap)
+    refused = gpu_recipe(env, root / "out3", "start", "6", "1")
     assert refused.returncode != 0
     assert "a recipe is running already" in refused.stderr
     deadline = time.time() + 600
     while True:
-        followed = gpu_recipe(env, root / "out2", "follow", "60", seed=snap)
+        followed = gpu_recipe(env, root / "out2", "follow", "60")
         assert followed.returncode == 0, followed.stderr
         if "the recipe ended" in followed.stdout or time.time() > deadline:
             break
     print(followed.stdout[-3000:])
     assert "gpu-recipe: the recipe ended, exit status 0" in followed.stdout
-    again = root / "snap2"
-    unpack(root / "out2", again)
-    assert step_of(again / "lm") > reached
-    assert "recipe: finished" in (again / "logs" / "recipe.log").read_text()
+    assert gpu_recipe(env, root / "out2", "unpack", str(root / "out2")).returncode == 0
+    assert step_of(snap / "lm") > reached
+    assert step_of(root / "seed" / "lm") == step_of(snap / "lm")
+    assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()

@@ -2,37 +2,45 @@
 # tools/voice/recipe.sh on a lent GPU host that may be lost between two calls, each call under
 # ten minutes:
 #
-#   tools/voice/gpu-recipe.sh start MINUTES [SECONDS]   the first call on a machine: seeds RUN and
-#                                                       starts recipe.sh RUN MINUTES detached (it
-#                                                       outlives the call), then follows it
-#   tools/voice/gpu-recipe.sh follow SECONDS            every later call, issued at once: follows it
+#   tools/voice/gpu-recipe.sh start MINUTES [SECONDS]   there, the first call on a machine: seeds
+#                                                       RUN and starts recipe.sh RUN MINUTES
+#                                                       detached (it outlives the call), then
+#                                                       follows it
+#   tools/voice/gpu-recipe.sh follow [SECONDS]          there, every later call, issued at once
+#   tools/voice/gpu-recipe.sh unpack FILES              here, after each call: FILES holds what
+#                                                       the call left in OUT
 #
 # Following prints the recipe's stages, the LMs' validation lines and their latest step lines for
-# at most SECONDS (default 480) or until the recipe has ended, then leaves a snapshot in OUT: every
-# LM run of RUN slimmed (lm.py slim: its weights, step and data order, resumable; 15 MB at the
-# default size), their tokenizer and the logs, as OUT/voice-run.tar.partNN of at most 15 MiB each.
-# Here, after each call:
+# at most SECONDS (default 480; 420 after a start) or until the recipe has ended, then leaves a
+# snapshot in OUT: every LM run of RUN slimmed (lm.py slim: its weights, step and data order,
+# resumable; 15 MB at the default size), their tokenizer and the logs, as
+# OUT/voice-run.tar.partNN of at most 15 MiB each. A machine lost mid-run so costs at most the
+# minutes since the LMs' last checkpoint (saved every 3 minutes here).
 #
-#   rm -rf device-prefix/voice-run && mkdir -p device-prefix/voice-run
-#   cat FILES_AT/voice-run.tar.part* | tar -x -C device-prefix/voice-run
-#
-# so that a machine lost mid-run costs at most the minutes since the LMs' last checkpoint (saved
-# every 3 minutes here). `start` seeds RUN with models/voice/codec.nemo (the codec's stages are
-# skipped) and with the LM runs of SEED (default device-prefix/voice-run, carried with the call)
-# where there are some, which the recipe then resumes; the data are made again. Each finished LM
-# is exported here from its slimmed run: python3 tools/voice/lm.py export device-prefix/voice-run/lm
-# MODEL_DIR. The recipe's own settings (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass
-# through the environment of `start`. Also: GPU_RECIPE_RUN (RUN, default /tmp/voice-run),
-# VOICE_WORK (the data, default /tmp/voice), OUT (default build/gpu-recipe).
+# `unpack` puts the whole snapshot into device-prefix/voice-run (GPU_RECIPE_SNAPSHOT) and the
+# main LM's run into models/voice-training/lm (SEED), which travels with every call: `start` seeds
+# RUN with models/voice/codec.nemo (the codec's stages are skipped) and with the LM runs in SEED,
+# which the recipe resumes (the data are made again), so an LM trains on across machines and
+# sessions. Each LM is exported here from its slimmed run: python3 tools/voice/lm.py export
+# device-prefix/voice-run/lm MODEL_DIR. The recipe's own settings (LM_MINUTES, LM_ARGS,
+# LM_VARIANTS, CORPUS_ARGS, …) pass through the environment of `start`. Also: GPU_RECIPE_RUN (RUN,
+# default /tmp/voice-run), VOICE_WORK (the data, default /tmp/voice), OUT (default
+# build/gpu-recipe).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 run=${GPU_RECIPE_RUN:-/tmp/voice-run}
 work=${VOICE_WORK:-/tmp/voice}
-seed=${SEED:-$PWD/device-prefix/voice-run}
+seed=${SEED:-$PWD/models/voice-training}
+snapshot_dir=${GPU_RECIPE_SNAPSHOT:-$PWD/device-prefix/voice-run}
 out=${OUT:-$PWD/build/gpu-recipe}
 ended=$run.exit
 export VOICE_WORK=$work PYTHONUNBUFFERED=1
+
+# the optimizer step an LM run's checkpoint is at
+step_of() {
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["step"])' "$1/checkpoint/state.json"
+}
 
 lm_runs() {
   local d
@@ -53,8 +61,7 @@ start() {
   for d in "$seed"/lm "$seed"/lm-*; do
     [ -d "$d/checkpoint" ] || continue
     cp -r "$d" "$run/" || return 1
-    echo "gpu-recipe: resuming $(basename "$d") at step $(python3 -c 'import json, sys
-print(json.load(open(sys.argv[1]))["step"])' "$d/checkpoint/state.json")"
+    echo "gpu-recipe: resuming $(basename "$d") at step $(step_of "$d")"
   done
   [ -s "$run/lm/tokenizer.json" ] && cp "$run/lm/tokenizer.json" "$run/tokenizer.json"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -110,13 +117,30 @@ follow() {
   snapshot
 }
 
+unpack() {
+  local files=${1:?usage: gpu-recipe.sh unpack FILES}
+  ls "$files"/voice-run.tar.part* >/dev/null || return 1
+  rm -rf "$snapshot_dir" && mkdir -p "$snapshot_dir" || return 1
+  cat "$files"/voice-run.tar.part* | tar -x -C "$snapshot_dir" || return 1
+  local d
+  for d in "$snapshot_dir"/lm*; do
+    [ -f "$d/checkpoint/state.json" ] || continue
+    echo "gpu-recipe: $(basename "$d") at step $(step_of "$d") in $d"
+  done
+  if [ -d "$snapshot_dir/lm/checkpoint" ]; then
+    rm -rf "$seed/lm" && mkdir -p "$seed" && cp -r "$snapshot_dir/lm" "$seed/" || return 1
+    echo "gpu-recipe: the next start resumes it from $seed/lm"
+  fi
+}
+
 case ${1:-} in
   start)
     start "${2:-}" && follow "${3:-420}"
     ;;
   follow) follow "${2:-480}" ;;
+  unpack) unpack "${2:-}" ;;
   *)
-    echo "usage: $0 start MINUTES [SECONDS] | follow [SECONDS]" >&2
+    echo "usage: $0 start MINUTES [SECONDS] | follow [SECONDS] | unpack FILES" >&2
     exit 2
     ;;
 esac
