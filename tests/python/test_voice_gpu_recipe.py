@@ -5,7 +5,8 @@ LM, export) as gpu-recipe.sh drives it on a GPU host: started detached, followed
 snapshot of slimmed LM runs in OUT's parts. `gpu-recipe.sh unpack` puts the snapshot in its place
 and the main LM's run where the next start is seeded from; the slimmed run exports to a checkpoint
 directory the C engine loads, and a second start resumes the LM at the step the first one reached
-(as after a lost machine) and trains it on. A second start while a recipe runs is refused.
+(as after a lost machine) and trains it on. A second start while a recipe runs is refused, and
+following on a machine where none was started (a fresh one) says so at once.
 
 Needs espeak-ng (scripts/lib.sh installs it), models/voice/codec.nemo and gepard-inspect from
 $GEPARD_BUILD_DIR/tools (default <repo>/build).
@@ -75,6 +76,15 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert unpacked.returncode == 0, unpacked.stderr
     snap = root / "snapshot"
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
+
+
+def test_follow_on_a_bare_machine_says_so_at_once(toy):
+    root, env = toy
+    began = time.time()
+    followed = gpu_recipe(dict(env, GPU_RECIPE_RUN=str(root / "never-started")), root / "out4", "follow", "300")
+    assert followed.returncode != 0
+    assert "no recipe was started on this machine" in followed.stderr
+    assert time.time() - began < 60
     reached = step_of(snap / "lm")
     assert reached > 0
     assert (snap / "lm" / "tokenizer.json").is_file()
@@ -110,3 +120,12 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert step_of(snap / "lm") > reached
     assert step_of(root / "seed" / "lm") == step_of(snap / "lm")
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
+
+
+def test_follow_on_a_bare_machine_says_so_at_once(toy):
+    root, env = toy
+    began = time.time()
+    followed = gpu_recipe(dict(env, GPU_RECIPE_RUN=str(root / "never-started")), root / "out4", "follow", "300")
+    assert followed.returncode != 0
+    assert "no recipe was started on this machine" in followed.stderr
+    assert time.time() - began < 60

@@ -49,9 +49,11 @@ lm_runs() {
   done
 }
 
+running() { [ -e "$run.pid" ] && kill -0 "$(cat "$run.pid")" 2>/dev/null; }
+
 start() {
   local minutes=${1:?usage: gpu-recipe.sh start MINUTES [SECONDS]}
-  if [ -e "$run.pid" ] && kill -0 "$(cat "$run.pid")" 2>/dev/null; then
+  if running; then
     echo "gpu-recipe: a recipe is running already (pid $(cat "$run.pid")); follow it" >&2
     return 1
   fi
@@ -104,7 +106,13 @@ snapshot() {
 follow() {
   local seconds=${1:-480}
   local end=$(($(date +%s) + seconds))
-  while [ ! -e "$ended" ] && [ "$(date +%s)" -lt "$end" ]; do
+  if ! running && [ ! -e "$ended" ]; then
+    # a machine given back between two calls comes back bare
+    echo "gpu-recipe: no recipe was started on this machine (a fresh one?); unpack the last snapshot" \
+      "here and start again" >&2
+    return 1
+  fi
+  while running && [ ! -e "$ended" ] && [ "$(date +%s)" -lt "$end" ]; do
     sleep "${GPU_RECIPE_POLL_S:-30}"
     echo "--- $(date -u +%T)$(command -v nvidia-smi >/dev/null \
       && nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | sed 's/^/ GPU /')"
@@ -113,6 +121,9 @@ follow() {
   if [ -e "$ended" ]; then
     grep -v "^step=" "$run.out" | tail -n 20
     echo "gpu-recipe: the recipe ended, exit status $(cat "$ended")"
+  elif ! running; then
+    echo "gpu-recipe: the recipe stopped without an exit status (killed?); its log:"
+    tail -n 20 "$run.out"
   fi
   snapshot
 }
