@@ -164,16 +164,44 @@ reference_logits_at (GepardEngine *engine, const gint32 *text, int n, const gint
   gepard_model_heads (model, state, logits, &stop);
 }
 
-/* Many greedy utterances at once, joining while others run: each gets the reference loop's frames.
- * BLAS may sum a batch in another order than one row, so where the two first differ the reference
- * must have had a near tie there (gepard-model.h). */
+/* Whether greedy frames `got` from a batched engine are the reference loop's for the same request;
+ * where they first differ, the reference must have had a near tie (BLAS may sum a batch in another
+ * order than one row: gepard-model.h), else the test fails. */
+static gboolean
+matches_reference (GepardEngine *engine, const gint32 *text, int n, const GepardSampling *sampling,
+                   const GArray *got, int utterance)
+{
+  const GepardModelConfig *c = gepard_engine_get_config (engine);
+  g_autoptr (GArray) expected = reference_frames (engine, text, n, sampling);
+  guint common = MIN (got->len, expected->len), k = 0;
+  while (k < common && g_array_index (got, gint32, k) == g_array_index (expected, gint32, k))
+    k++;
+  if (k == common)
+    {
+      g_assert_cmpuint (got->len, ==, expected->len);
+      return TRUE;
+    }
+  int frame = k / 32, head = k % 32, offset = 0;
+  float logits[GEPARD_MAX_HEAD_LOGITS];
+  reference_logits_at (engine, text, n, (const gint32 *)got->data, frame, logits);
+  for (int j = 0; j < head; j++)
+    offset += c->head_levels[j];
+  float a = logits[offset + g_array_index (got, gint32, k)];
+  float b = logits[offset + g_array_index (expected, gint32, k)];
+  g_test_message ("utterance %d: near tie at frame %d head %d: %g vs %g", utterance, frame, head, a,
+                  b);
+  g_assert_cmpfloat (fabsf (a - b), <=, 0.02f * MAX (1.0f, fabsf (b)));
+  return FALSE;
+}
+
+/* Many greedy utterances at once, joining while others run: each gets the reference loop's frames
+ * up to a near tie (matches_reference). */
 static void
 test_batched_equals_reference (void)
 {
   g_autoptr (GError) error = NULL;
   g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", NULL, &error);
   g_assert_no_error (error);
-  const GepardModelConfig *c = gepard_engine_get_config (engine);
   enum
   {
     N = 12
@@ -205,29 +233,7 @@ test_batched_equals_reference (void)
       record_wait (records[i]);
       g_assert_cmpint (records[i]->ended, ==, 1);
       sampling.max_frames = 40 + 10 * i;
-      g_autoptr (GArray) expected = reference_frames (engine, text, n, &sampling);
-      GArray *got = records[i]->frames;
-      guint common = MIN (got->len, expected->len), k = 0;
-      while (k < common && g_array_index (got, gint32, k) == g_array_index (expected, gint32, k))
-        k++;
-      if (k == common)
-        {
-          g_assert_cmpuint (got->len, ==, expected->len);
-          identical++;
-        }
-      else
-        {
-          int frame = k / 32, head = k % 32, offset = 0;
-          float logits[GEPARD_MAX_HEAD_LOGITS];
-          reference_logits_at (engine, text, n, (const gint32 *)got->data, frame, logits);
-          for (int j = 0; j < head; j++)
-            offset += c->head_levels[j];
-          float a = logits[offset + g_array_index (got, gint32, k)];
-          float b = logits[offset + g_array_index (expected, gint32, k)];
-          g_test_message ("utterance %d: near tie at frame %d head %d: %g vs %g", i, frame, head, a,
-                          b);
-          g_assert_cmpfloat (fabsf (a - b), <=, 0.02f * MAX (1.0f, fabsf (b)));
-        }
+      identical += matches_reference (engine, text, n, &sampling, records[i]->frames, i);
       gepard_utterance_unref (utterances[i]);
       record_free (records[i]);
     }
@@ -587,7 +593,7 @@ decoders_thread (gpointer engine)
 
 /* Utterances that arrive while the decode thread is busy and the steps have run their lead
  * (GEPARD_DECODE_LEAD=1 here: each step waits for the pass beside it) are prefilled and generate
- * the reference's frames like any other. */
+ * the reference's frames like any other (greedy, up to a near tie: matches_reference). */
 static void
 test_decode_alongside_admits (void)
 {
@@ -595,7 +601,7 @@ test_decode_alongside_admits (void)
   g_autoptr (GepardEngine) engine = engine_decoding_alongside (1);
   GepardSampling sampling;
   gepard_sampling_init_default (&sampling);
-  sampling.seed = 9;
+  sampling.temperature = 0; /* greedy: a batch's other summing order shows only at near ties */
   sampling.max_frames = 12;
   sampling.ignore_stop = TRUE;
 
@@ -618,16 +624,17 @@ test_decode_alongside_admits (void)
       g_usleep (500);
     }
   g_thread_join (decoders);
+  int identical = 0;
   for (int i = 0; i < N; i++)
     {
       record_wait (records[i]);
-      g_autoptr (GArray) expected = reference_frames (engine, texts[i], lengths[i], &sampling);
       g_assert_cmpint (records[i]->end, ==, GEPARD_UTTERANCE_MAX_FRAMES);
-      g_assert_cmpmem (records[i]->frames->data, records[i]->frames->len * 4, expected->data,
-                       expected->len * 4);
+      identical
+          += matches_reference (engine, texts[i], lengths[i], &sampling, records[i]->frames, i);
       gepard_utterance_unref (utterances[i]);
       record_free (records[i]);
     }
+  g_assert_cmpint (identical, >=, N / 2);
   GepardEngineStats stats;
   gepard_engine_get_stats (engine, &stats);
   g_assert_cmpuint (stats.decode_batches_alongside, >, 0);
