@@ -55,7 +55,7 @@ def toy(tmp_path_factory):
         "LM_ARGS": "--preset tiny --threads 2 --warmup 2 --log-every 2 --eval-every 1000 --valid-count 4",
         "LM_BATCH": "--max-tokens 3000 --max-batch 8", "LM_MINUTES": "0.15",
         "RECIPE_RESERVE_S": "5", "GPU_RECIPE_POLL_S": "1",
-        "SEED": str(root / "seed"), "GPU_RECIPE_SNAPSHOT": str(root / "snapshot"),
+        "GPU_RECIPE_SEED": str(root / "seed"), "GPU_RECIPE_SNAPSHOT": str(root / "snapshot"),
     })
     return root, env
 

@@ -18,20 +18,21 @@
 # minutes since the LMs' last checkpoint (saved every 3 minutes here).
 #
 # `unpack` puts the whole snapshot into device-prefix/voice-run (GPU_RECIPE_SNAPSHOT) and the
-# main LM's run into models/voice-training/lm (SEED), which travels with every call: `start` seeds
-# RUN with models/voice/codec.nemo (the codec's stages are skipped) and with the LM runs in SEED,
-# which the recipe resumes (the data are made again), so an LM trains on across machines and
-# sessions. Each LM is exported here from its slimmed run: python3 tools/voice/lm.py export
-# device-prefix/voice-run/lm MODEL_DIR. The recipe's own settings (LM_MINUTES, LM_ARGS,
-# LM_VARIANTS, CORPUS_ARGS, …) pass through the environment of `start`. Also: GPU_RECIPE_RUN (RUN,
-# default /tmp/voice-run), VOICE_WORK (the data, default /tmp/voice), OUT (default
-# build/gpu-recipe).
+# main LM's run into models/voice-training/lm (GPU_RECIPE_SEED), which travels with every call:
+# `start` seeds RUN with models/voice/codec.nemo (the codec's stages are skipped) and with the LM
+# runs there, which the recipe resumes (the data are made again). An LM so trains on from one
+# machine to the next, and from one day to the next once models/voice-training is committed (give
+# LM_MINUTES as the run's minutes in all). Each LM is exported here from its slimmed run:
+# python3 tools/voice/lm.py export device-prefix/voice-run/lm MODEL_DIR. The recipe's own settings
+# (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass through the environment of `start`. Also:
+# GPU_RECIPE_RUN (RUN, default /tmp/voice-run), VOICE_WORK (the data, default /tmp/voice), OUT
+# (default build/gpu-recipe).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 run=${GPU_RECIPE_RUN:-/tmp/voice-run}
 work=${VOICE_WORK:-/tmp/voice}
-seed=${SEED:-$PWD/models/voice-training}
+seed=${GPU_RECIPE_SEED:-$PWD/models/voice-training}
 snapshot_dir=${GPU_RECIPE_SNAPSHOT:-$PWD/device-prefix/voice-run}
 out=${OUT:-$PWD/build/gpu-recipe}
 ended=$run.exit
