@@ -77,14 +77,6 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     snap = root / "snapshot"
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
 
-
-def test_follow_on_a_bare_machine_says_so_at_once(toy):
-    root, env = toy
-    began = time.time()
-    followed = gpu_recipe(dict(env, GPU_RECIPE_RUN=str(root / "never-started")), root / "out4", "follow", "300")
-    assert followed.returncode != 0
-    assert "no recipe was started on this machine" in followed.stderr
-    assert time.time() - began < 60
     reached = step_of(snap / "lm")
     assert reached > 0
     assert (snap / "lm" / "tokenizer.json").is_file()
