@@ -1,6 +1,9 @@
-"""The project's Python (tests, tools, scripts): every file compiles, and no line is longer than
-120 columns, the width the code is written to."""
+"""The project's Python (tests, tools, scripts): every file compiles, no line is longer than
+120 columns, the width the code is written to, and no module defines a top-level function or class
+twice (the later one silently replaces the first: pytest would never run the first test)."""
 
+import ast
+import collections
 import os
 from pathlib import Path
 
@@ -21,3 +24,7 @@ def test_style(path):
     compile(text, str(path), "exec")
     long = [i for i, line in enumerate(text.split("\n"), 1) if len(line) > MAX_COLUMNS]
     assert not long, f"{path.name}: lines {long} are longer than {MAX_COLUMNS} columns"
+    defined = collections.Counter(node.name for node in ast.parse(text).body
+                                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
+    twice = sorted(name for name, count in defined.items() if count > 1)
+    assert not twice, f"{path.name}: {twice} defined more than once at the top level"
