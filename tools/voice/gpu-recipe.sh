@@ -43,10 +43,11 @@ step_of() {
   python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["step"])' "$1/checkpoint/state.json"
 }
 
+# the LM runs in directory $1: the main one (lm) and the variants (lm-NAME) that have a checkpoint
 lm_runs() {
   local d
-  for d in "$run"/lm "$run"/lm-*; do
-    [ -d "$d/checkpoint" ] && echo "$d"
+  for d in "$1"/lm "$1"/lm-*; do
+    [ -f "$d/checkpoint/state.json" ] && echo "$d"
   done
 }
 
@@ -60,9 +61,9 @@ start() {
   fi
   rm -rf "$run" "$ended" && mkdir -p "$run" "$out" || return 1
   cp models/voice/codec.nemo "$run/" || return 1
-  local d
-  for d in "$seed"/lm "$seed"/lm-*; do
-    [ -d "$d/checkpoint" ] || continue
+  local d runs
+  mapfile -t runs < <(lm_runs "$seed")
+  for d in "${runs[@]}"; do
     cp -r "$d" "$run/" || return 1
     echo "gpu-recipe: resuming $(basename "$d") at step $(step_of "$d")"
   done
@@ -87,9 +88,10 @@ progress() {
 }
 
 snapshot() {
-  local snap=$run.snapshot d name tries
+  local snap=$run.snapshot d name tries runs
   rm -rf "$snap" && mkdir -p "$snap/logs" "$out" || return 1
-  for d in $(lm_runs); do
+  mapfile -t runs < <(lm_runs "$run")
+  for d in "${runs[@]}"; do
     name=$(basename "$d")
     # a checkpoint being replaced is gone for an instant: try again
     for tries in 1 2 3; do
@@ -134,12 +136,12 @@ unpack() {
   ls "$files"/voice-run.tar.part* >/dev/null || return 1
   rm -rf "$snapshot_dir" && mkdir -p "$snapshot_dir" || return 1
   cat "$files"/voice-run.tar.part* | tar -x -C "$snapshot_dir" || return 1
-  local d
-  for d in "$snapshot_dir"/lm*; do
-    [ -f "$d/checkpoint/state.json" ] || continue
+  local d runs
+  mapfile -t runs < <(lm_runs "$snapshot_dir")
+  for d in "${runs[@]}"; do
     echo "gpu-recipe: $(basename "$d") at step $(step_of "$d") in $d"
   done
-  if [ -d "$snapshot_dir/lm/checkpoint" ]; then
+  if [ -f "$snapshot_dir/lm/checkpoint/state.json" ]; then
     rm -rf "$seed/lm" && mkdir -p "$seed" && cp -r "$snapshot_dir/lm" "$seed/" || return 1
     echo "gpu-recipe: the next start resumes it from $seed/lm"
   fi
