@@ -73,7 +73,7 @@ if [ ! -s "$work/corpus/train.jsonl" ]; then
   stage corpus
   # shellcheck disable=SC2086
   python3 tools/voice/corpus.py "$work/corpus" --fortunes-dir "$fortunes" --words-file "$words" \
-    ${CORPUS_ARGS-"--size 90000 --word-lists 30000"}
+    ${CORPUS_ARGS---size 90000 --word-lists 30000}
 fi
 if [ ! -s "$work/data/speech/index.jsonl" ]; then
   stage speech
