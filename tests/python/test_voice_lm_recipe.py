@@ -229,7 +229,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--resume",
                     "--steps", str(TRAIN_STEPS + 2), "--max-tokens", "3000", "--max-batch", "8", "--lr", "1e-3",
                     "--text-gap", "16", "--frame-noise", "0.1", "--own-frames", "0.5",
-                    "--frame-blank", "0.3", "--bpe-dropout", "0.1",
+                    "--frame-blank", "0.3", "--bpe-dropout", "0.1", "--text-dropout", "0.2",
                     "--log-every", "1", "--eval-every", "1", "--threads", "1", "--device", "cpu"]) == 0
     assert "max_tokens 1500 → 3000" in capsys.readouterr().out
     last = json.loads((run / "train.log").read_text().splitlines()[-1])
@@ -240,7 +240,7 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     assert (state["train"]["max_tokens"], state["train"]["max_batch"], state["train"]["lr"]) == (3000, 8, 1e-3)
     assert state["train"]["text_gap"] == 16 and state["train"]["frame_noise"] == 0.1
     assert state["train"]["own_frames"] == 0.5 and state["train"]["frame_blank"] == 0.3
-    assert state["train"]["bpe_dropout"] == 0.1
+    assert state["train"]["bpe_dropout"] == 0.1 and state["train"]["text_dropout"] == 0.2
     assert state["train"]["warmup"] == 4  # not given: kept
 
 
@@ -420,7 +420,7 @@ def test_batches_built_ahead_are_the_loops(data, tokenizer_json):
     special = lm.tokenizer_special_ids(tokenizer_json)
     utterances, _ = lm.prepare_utterances(records, levels, tokenizer_json, special, 600, set(), 0.1)
     plan = lm.VoicePlan(utterances, lm.default_speaker_of(utterances))
-    hp = {"seed": 7, "max_tokens": 3000, "max_batch": 96, "text_gap": 16}
+    hp = {"seed": 7, "max_tokens": 3000, "max_batch": 96, "text_gap": 16, "text_dropout": 0.2}
     per_epoch = len(lm.make_batches(utterances, hp["max_tokens"], hp["max_batch"], 7000))
     assert per_epoch > 2
     count = per_epoch * 2 + 3  # into a third epoch
@@ -613,14 +613,16 @@ def test_greedy_frames_match_c(exported, data, voice, text, tmp_path):
                                                    tmp_path))
 
 
-def compare_greedy(exported, text, voice, options, sample_options, c_prefix, tmp_path, max_frames=MAX_FRAMES):
+def compare_greedy(exported, text, voice, options, sample_options, c_prefix, tmp_path, max_frames=MAX_FRAMES,
+                   cfg_scale=1.0):
     """Greedy frames of the C engine (gepard-inspect generate) and of lm.py sample for the same
-    text and prefix: identical, or parted only at a near tie of lm.py's own logits. A line saying
-    which."""
-    c_frames = _c_generate(exported, text, tmp_path / "c.safetensors", *options, max_frames=max_frames)
+    text, prefix and text-CFG scale: identical, or parted only at a near tie of lm.py's own logits.
+    A line saying which."""
+    cfg = ["--cfg-scale", str(cfg_scale)]
+    c_frames = _c_generate(exported, text, tmp_path / "c.safetensors", *options, *cfg, max_frames=max_frames)
     out = tmp_path / "py.safetensors"
     assert lm.main(["sample", str(exported), "--text", text, "--greedy", "--max-frames", str(max_frames),
-                    "--output", str(out), "--threads", "1", *sample_options]) == 0
+                    "--output", str(out), "--threads", "1", *sample_options, *cfg]) == 0
     py_frames = load_file(str(out))["frames"]
     assert py_frames.dtype == np.int32 and py_frames.shape[1] == 32
     where = f"{voice} {text!r}"
@@ -640,7 +642,7 @@ def compare_greedy(exported, text, voice, options, sample_options, c_prefix, tmp
         elif voice == "codes":
             prefix = torch.from_numpy(c_prefix).to(torch.bfloat16)
         j = first if first is not None else n
-        logits, stop = lm.forced_outputs(model, ids, prefix, py_frames[:j])
+        logits, stop = lm.forced_outputs(model, ids, prefix, py_frames[:j], cfg_scale, lm.text_layout([], special))
         scale = float(logits[logits > -1e8].abs().max())
         if first is not None:
             row = logits[first]
@@ -655,6 +657,44 @@ def compare_greedy(exported, text, voice, options, sample_options, c_prefix, tmp
                 f"{where}: C {len(c_frames)} frames, lm.py {len(py_frames)}, stop logit {float(stop[n]):.4f}")
             note = f"same frames, stop differs at a near tie (logit {float(stop[n]):.4f})"
     return f"C {len(c_frames)} frames, lm.py {len(py_frames)}: {note}"
+
+
+@pytest.mark.parametrize("cfg_scale", [0.5, 2.0])
+@pytest.mark.parametrize("voice", ["default", "null"])
+def test_cfg_frames_match_c(exported, voice, cfg_scale, tmp_path):
+    """Text-CFG (§3.4: the empty text's branch beside the text's, u + w·(c − u)): lm.py and the C
+    reference loop give the same greedy frames."""
+    _need(INSPECT)
+    options, sample_options = (["--null-prefix"], ["--voice", "null"]) if voice == "null" else ([], [])
+    print(f"\ncfg {cfg_scale} {voice}: " + compare_greedy(exported, SENTENCES[0], voice, options, sample_options,
+                                                          None, tmp_path, cfg_scale=cfg_scale))
+
+
+def test_text_dropout_reads_the_empty_text(data, tokenizer_json):
+    """--text-dropout P: a share P of a batch's examples read the empty text (the layout of no
+    tokens, as text-CFG's second branch), their frames as they would be otherwise."""
+    levels, records = lm.load_codes(data / "codes.pt")
+    special = lm.tokenizer_special_ids(tokenizer_json)
+    utterances, _ = lm.prepare_utterances(records, levels, tokenizer_json, special, 600, set())
+    plan = lm.VoicePlan(utterances, lm.default_speaker_of(utterances))
+    empty = lm.text_layout([], special)
+    assert empty == [special["start_of_text"], special["end_of_text"], special["start_of_speech"]]
+    indices = list(range(len(utterances)))
+    dropped = 0
+    for step in range(20):
+        kept = lm.training_examples(utterances, plan, {"text_dropout": 0.0}, indices, empty, random.Random(step))
+        some = lm.training_examples(utterances, plan, {"text_dropout": 0.3}, indices, empty, random.Random(step))
+        assert all(u.ids != empty for u, _, _ in kept)
+        for (u, _, _), (v, _, _) in zip(kept, some):
+            assert v.codes is u.codes and v.speaker == u.speaker
+            if v.ids == empty:
+                assert v.tokens == []
+                dropped += 1
+            else:
+                assert v.ids == u.ids
+    assert 0.2 < dropped / (20 * len(utterances)) < 0.4
+    batch = lm.collate(some, lm.COMPRESSOR_QUERIES)
+    assert len(batch["text_ids"]) == sum(len(u.ids) for u, _, _ in some)
 
 
 def test_stop_fires_after_the_first_frame(exported, tmp_path):

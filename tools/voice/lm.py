@@ -41,7 +41,8 @@ half the examples get their frames' positions moved on by 1…G past the text (s
 neighbouring level with probability P (see noisy_frames); with --own-frames P a share P of the
 frames it reads are its own argmax predictions of them from a first pass (see own_frames); with
 --frame-blank P a share P of them are hidden (see blanked_frames); with --bpe-dropout P half the
-examples' texts are tokenized with BPE-dropout P (see bpe_dropout_variants). AdamW, bf16
+examples' texts are tokenized with BPE-dropout P (see bpe_dropout_variants); with --text-dropout
+P a share P of the examples read the empty text, for text-CFG (see training_examples). AdamW, bf16
 autocast on CUDA, batches of similar length under a token budget (on CUDA built ahead in a
 worker process: see training_batches). RoPE uses bf16-rounded inv_freq in training as the engine
 does at inference (§1.5). A loss gone non-finite stops the run at its next log line with an error,
@@ -91,7 +92,7 @@ DEFAULT_STEPS = 40000
 # larger ones. align_layers "" means every layer but the first (see alignment_loss).
 BATCH_DEFAULTS = {"lr": 1e-3, "warmup": 1000, "max_tokens": 24000, "max_batch": 96,
                   "align_weight": 0.0, "align_layers": "", "text_gap": 0, "frame_noise": 0.0,
-                  "own_frames": 0.0, "frame_blank": 0.0, "bpe_dropout": 0.0}
+                  "own_frames": 0.0, "frame_blank": 0.0, "bpe_dropout": 0.0, "text_dropout": 0.0}
 
 # §3.1 text repetition, as the published gepard_config.json has it
 TEXT_REPETITION = {"enabled": True, "target_text_tokens": 16, "apply_below": 13, "max_repeats": 8,
@@ -480,6 +481,11 @@ class Utterance:
         tokens, ids = rng.choice(self.variants)
         return Utterance(self.id, self.speaker, tokens, ids, self.codes)
 
+    def unread(self, empty_ids):
+        """The utterance with the empty text (text_layout of no tokens), as text-CFG's second
+        branch reads it (§3.4)."""
+        return Utterance(self.id, self.speaker, [], empty_ids, self.codes)
+
 
 def load_codes(path):
     data = torch.load(path, map_location="cpu", weights_only=False)
@@ -589,16 +595,29 @@ class VoicePlan:
         return "ref", ref[start:start + n]
 
 
-def training_batch(train_set, plan, hp, step, indices):
-    """The collated batch of training step `step` over train_set[indices]: its prefixes, spellings
-    and text gaps drawn from a generator seeded by the step alone."""
+def training_batch(train_set, plan, hp, step, indices, empty_ids=()):
+    """The collated batch of training step `step` over train_set[indices] (training_examples)."""
     rng = random.Random(hp["seed"] * 1_000_003 + step)
+    examples = training_examples(train_set, plan, hp, indices, empty_ids, rng)
+    return collate(examples, COMPRESSOR_QUERIES, text_gaps(len(examples), hp["text_gap"], rng))
+
+
+def training_examples(train_set, plan, hp, indices, empty_ids, rng):
+    """[(utterance, mode, ref codes)] of train_set[indices]: their prefixes, spellings and dropped
+    texts drawn from rng.
+
+    With hp["text_dropout"] P, a share P of the examples read the empty text empty_ids instead of
+    their own (their prefix kept): the model learns the unconditional branch of text-CFG (§3.4),
+    which generation with a cfg_scale above 1 steers away from."""
     examples = []
     for i in indices:
         mode, ref = plan.choose(i, train_set[i], train_set, rng)
         # half the time in pieces (BPE-dropout), else as the engine tokenizes it
-        examples.append((train_set[i].spelled(rng, 0.5), mode, ref))
-    return collate(examples, COMPRESSOR_QUERIES, text_gaps(len(examples), hp["text_gap"], rng))
+        utterance = train_set[i].spelled(rng, 0.5)
+        if hp["text_dropout"] > 0 and rng.random() < hp["text_dropout"]:
+            utterance = utterance.unread(empty_ids)
+        examples.append((utterance, mode, ref))
+    return examples
 
 
 class TrainingBatches(torch.utils.data.IterableDataset):
@@ -606,9 +625,9 @@ class TrainingBatches(torch.utils.data.IterableDataset):
     epoch, batch). Each epoch's batches come from make_batches seeded by the epoch, each batch from
     training_batch, so a run resumed at any step gets the batches it would have had."""
 
-    def __init__(self, train_set, plan, hp, step, epoch, batch_in_epoch):
+    def __init__(self, train_set, plan, hp, step, epoch, batch_in_epoch, empty_ids=()):
         super().__init__()
-        self.train_set, self.plan, self.hp = train_set, plan, hp
+        self.train_set, self.plan, self.hp, self.empty_ids = train_set, plan, hp, empty_ids
         self.start = (step, epoch, batch_in_epoch)
 
     def __iter__(self):
@@ -620,7 +639,7 @@ class TrainingBatches(torch.utils.data.IterableDataset):
                 epoch, batch_in_epoch = epoch + 1, 0
                 batches = make_batches(self.train_set, hp["max_tokens"], hp["max_batch"], hp["seed"] * 1000 + epoch)
             yield step, epoch, batch_in_epoch, training_batch(self.train_set, self.plan, hp, step,
-                                                              batches[batch_in_epoch])
+                                                              batches[batch_in_epoch], self.empty_ids)
             step, batch_in_epoch = step + 1, batch_in_epoch + 1
 
 
@@ -1023,6 +1042,9 @@ def cmd_train(args):
     valid_plan = VoicePlan(utterances, hp["default_speaker"], hp["p_default_none"], hp["p_null"])
 
     align_layers = align_layer_indices(spec["shape"], hp["align_layers"]) if hp["align_weight"] > 0 else []
+    if align_layers and hp["text_dropout"] > 0:
+        raise SystemExit("--text-dropout and --align-weight do not go together: the alignment loss needs "
+                         "every example's text")
     if align_layers:
         register_align_attention()
     torch.manual_seed(hp["seed"])
@@ -1092,7 +1114,8 @@ def cmd_train(args):
     log_path = run_dir / "train.log"
     last_save, saved_step = time.time(), (step if restored is not None else None)
     model.train()
-    feeder = training_batches(TrainingBatches(train_set, plan, hp, step, epoch, batch_in_epoch),
+    feeder = training_batches(TrainingBatches(train_set, plan, hp, step, epoch, batch_in_epoch,
+                                              text_layout([], special)),
                               args.prefetch if args.prefetch is not None else (4 if device.type == "cuda" else 0),
                               pin=device.type == "cuda")
 
@@ -1308,9 +1331,9 @@ def load_for_inference(path, device):
     return model, spec["special"], path / "tokenizer.json"
 
 
-def pick_frame(model, hidden, greedy, temperature, top_k, generator):
-    """§3.4 per-head sampling on fp32-cast bf16 logits: ÷ temperature, top-k with ties, softmax."""
-    logits = model.head_logits(hidden[None])[0]  # [32, L], invalid levels at −1e9
+def pick_frame(model, logits, greedy, temperature, top_k, generator):
+    """§3.4 per-head sampling on the heads' fp32-cast bf16 logits [32, L] (invalid levels at −1e9):
+    ÷ temperature, top-k with ties, softmax."""
     if greedy:
         return logits.argmax(-1).tolist()
     if temperature != 1.0:
@@ -1323,52 +1346,88 @@ def pick_frame(model, hidden, greedy, temperature, top_k, generator):
     return torch.multinomial(probs.cpu(), 1, generator=generator)[:, 0].tolist()
 
 
+class Branch:
+    """One sequence of the runner's schedule (§3.3): the prefill over [prefix | ids], then one
+    cached decode step per frame fed back; `hidden` is its last position's hidden state."""
+
+    def __init__(self, model, ids, prefix):
+        self.model = model
+        device = model.null_prefix.device
+        embeds = model.model.embed_tokens(torch.tensor(ids, device=device))
+        if prefix is not None:
+            embeds = torch.cat([prefix.to(embeds.dtype), embeds])
+        mask = torch.ones(1, embeds.shape[0], dtype=torch.long, device=device)
+        out = model.model(inputs_embeds=embeds[None], attention_mask=mask, use_cache=True)
+        self.cache, self.hidden = out.past_key_values, out.last_hidden_state[0, -1]
+
+    def feed(self, frame):
+        device = self.model.null_prefix.device
+        e = self.model.embed_frames(torch.as_tensor([frame], dtype=torch.long, device=device))
+        mask = torch.ones(1, self.cache.get_seq_length() + 1, dtype=torch.long, device=device)
+        out = self.model.model(inputs_embeds=e[None], attention_mask=mask, past_key_values=self.cache,
+                               use_cache=True)
+        self.cache, self.hidden = out.past_key_values, out.last_hidden_state[0, -1]
+
+
+class Runner:
+    """The text's branch and, with cfg_scale ≠ 1, text-CFG's second branch over the empty text
+    empty_ids and the same prefix (§3.4): the heads' logits are u + w·(c − u) before sampling, the
+    stop decided on the text's branch, and both read the frame chosen."""
+
+    def __init__(self, model, ids, prefix=None, cfg_scale=1.0, empty_ids=None):
+        if cfg_scale != 1.0 and empty_ids is None:
+            raise ValueError("text-CFG needs the empty text's ids")
+        self.model, self.cfg_scale = model, cfg_scale
+        self.branches = [Branch(model, ids, prefix)]
+        if cfg_scale != 1.0:
+            self.branches.append(Branch(model, empty_ids, prefix))
+
+    def logits(self):
+        """The heads' logits [32, max L] fp32 for the next frame."""
+        c = self.model.head_logits(self.branches[0].hidden[None])[0]
+        if len(self.branches) == 1:
+            return c
+        u = self.model.head_logits(self.branches[1].hidden[None])[0]
+        return u + self.cfg_scale * (c - u)
+
+    def stop_logit(self):
+        return self.model.stop_head(self.branches[0].hidden)[0]
+
+    def feed(self, frame):
+        for branch in self.branches:
+            branch.feed(frame)
+
+
 @torch.no_grad()
-def generate(model, ids, prefix=None, max_frames=2000, greedy=True, temperature=0.4, top_k=0, seed=0):
+def generate(model, ids, prefix=None, max_frames=2000, greedy=True, temperature=0.4, top_k=0, seed=0,
+             cfg_scale=1.0, empty_ids=None):
     """§3.3/§3.4: prefill over [prefix | ids], frame 0 from the SOS position, then one cached decode
-    step per frame with the stop check before each further frame. → (frames [T, 32] int32, stopped)."""
-    device = model.null_prefix.device
+    step per frame with the stop check before each further frame; text-CFG with cfg_scale ≠ 1 (see
+    Runner). → (frames [T, 32] int32, stopped)."""
     generator = torch.Generator().manual_seed(seed)
-    embeds = model.model.embed_tokens(torch.tensor(ids, device=device))
-    if prefix is not None:
-        embeds = torch.cat([prefix.to(embeds.dtype), embeds])
-    mask = torch.ones(1, embeds.shape[0], dtype=torch.long, device=device)
-    out = model.model(inputs_embeds=embeds[None], attention_mask=mask, use_cache=True)
-    cache = out.past_key_values
-    frames = [pick_frame(model, out.last_hidden_state[0, -1], greedy, temperature, top_k, generator)]
+    runner = Runner(model, ids, prefix, cfg_scale, empty_ids)
+    frames = [pick_frame(model, runner.logits(), greedy, temperature, top_k, generator)]
     stopped = False
     while len(frames) < max_frames:
-        e = model.embed_frames(torch.tensor([frames[-1]], device=device))
-        mask = torch.ones(1, cache.get_seq_length() + 1, dtype=torch.long, device=device)
-        out = model.model(inputs_embeds=e[None], attention_mask=mask, past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
-        h = out.last_hidden_state[0, -1]
-        if float(torch.sigmoid(model.stop_head(h))[0]) > STOP_THRESHOLD:  # bf16 sigmoid (§3.4)
+        runner.feed(frames[-1])
+        if float(torch.sigmoid(runner.stop_logit())) > STOP_THRESHOLD:  # bf16 sigmoid (§3.4)
             stopped = True
             break
-        frames.append(pick_frame(model, h, greedy, temperature, top_k, generator))
+        frames.append(pick_frame(model, runner.logits(), greedy, temperature, top_k, generator))
     return torch.tensor(frames, dtype=torch.int32), stopped
 
 
 @torch.no_grad()
-def forced_outputs(model, ids, prefix, frames):
-    """The runner's schedule with given frames [F, 32]: prefill, then one cached decode step per
-    frame. → (head logits [F+1, 32, max L] fp32, stop logits [F+1] fp32); row j follows frames[:j]."""
-    device = model.null_prefix.device
-    embeds = model.model.embed_tokens(torch.tensor(ids, device=device))
-    if prefix is not None:
-        embeds = torch.cat([prefix.to(embeds.dtype), embeds])
-    mask = torch.ones(1, embeds.shape[0], dtype=torch.long, device=device)
-    out = model.model(inputs_embeds=embeds[None], attention_mask=mask, use_cache=True)
-    cache, rows = out.past_key_values, [out.last_hidden_state[0, -1]]
-    for frame in torch.as_tensor(frames, dtype=torch.long, device=device):
-        mask = torch.ones(1, cache.get_seq_length() + 1, dtype=torch.long, device=device)
-        out = model.model(inputs_embeds=model.embed_frames(frame[None])[None], attention_mask=mask,
-                          past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
-        rows.append(out.last_hidden_state[0, -1])
-    hidden = torch.stack(rows)
-    return model.head_logits(hidden), model.stop_head(hidden)[:, 0].float()
+def forced_outputs(model, ids, prefix, frames, cfg_scale=1.0, empty_ids=None):
+    """The runner's schedule with given frames [F, 32] (see Runner). → (head logits [F+1, 32, max L]
+    fp32, stop logits [F+1] fp32); row j follows frames[:j]."""
+    runner = Runner(model, ids, prefix, cfg_scale, empty_ids)
+    logits, stops = [runner.logits()], [runner.stop_logit()]
+    for frame in torch.as_tensor(frames, dtype=torch.long).tolist():
+        runner.feed(frame)
+        logits.append(runner.logits())
+        stops.append(runner.stop_logit())
+    return torch.stack(logits), torch.stack(stops).float()
 
 
 def read_ref_codes(path, ref_id=None):
@@ -1407,7 +1466,7 @@ def cmd_sample(args):
     elif args.voice == "null":
         prefix = model.null_prefix
     frames, stopped = generate(model, ids, prefix, args.max_frames, args.greedy, args.temperature,
-                               args.top_k, args.seed)
+                               args.top_k, args.seed, args.cfg_scale, text_layout([], special))
     if args.output:
         # "frames" as gepard-inspect generate writes them, "codes" as gepard-codec-tool decode reads them
         save_file({"frames": frames.contiguous(), "codes": frames.clone()}, args.output)
@@ -1521,6 +1580,9 @@ def main(argv=None):
     t.add_argument("--bpe-dropout", type=float,
                    help="half the examples' texts tokenized with this BPE-dropout (default 0: off; see "
                         "bpe_dropout_variants)")
+    t.add_argument("--text-dropout", type=float,
+                   help="share of the examples that read the empty text, for text-CFG (default 0: off; see "
+                        "training_examples)")
     t.add_argument("--frame-blank", type=float,
                    help="share of the read frames the model cannot see (default 0: off; see blanked_frames)")
     t.add_argument("--max-frames", type=int, default=600, help="skip longer utterances (frames)")
@@ -1567,6 +1629,7 @@ def main(argv=None):
     s.add_argument("--greedy", action="store_true", help="argmax per head")
     s.add_argument("--temperature", type=float, default=0.4)
     s.add_argument("--top-k", type=int, default=0)
+    s.add_argument("--cfg-scale", type=float, default=1.0, help="text-CFG scale (§3.4; 1: off)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--max-frames", type=int, default=2000)
     s.add_argument("--output", help="safetensors file: \"frames\" (and the same as \"codes\") [T, 32] int32")
