@@ -73,7 +73,15 @@ cpu_step (GepardCompute *compute, const GepardStepInput *inputs, int n, gint32 *
   if (n <= 0)
     return TRUE;
   for (int k = 0; k < n; k++)
-    rows += input_rows (&inputs[k]);
+    {
+      if (inputs[k].guided && !(k + 1 < n && inputs[k + 1].unconditional))
+        {
+          g_set_error (error, GEPARD_BACKEND_ERROR, GEPARD_BACKEND_ERROR_INVALID,
+                       "Step input %d is guided but has no unconditional branch after it", k);
+          return FALSE;
+        }
+      rows += input_rows (&inputs[k]);
+    }
 
   g_autofree GepardBatchSegment *segments = g_new (GepardBatchSegment, n);
   g_autofree float *embeds = g_new (float, (gsize)rows *h);
@@ -113,8 +121,18 @@ cpu_step (GepardCompute *compute, const GepardStepInput *inputs, int n, gint32 *
     }
   gepard_model_heads_batch (self->model, last, n, logits, stop_logits);
   for (int k = 0; k < n; k++)
-    gepard_sampler_next (inputs[k].sequence->sampler, logits + (gsize)k * n_logits,
-                         codes + (gsize)k * c->n_audio_heads);
+    {
+      float *mine = logits + (gsize)k * n_logits;
+      if (inputs[k].unconditional)
+        continue;
+      if (inputs[k].guided)
+        {
+          const float *u = mine + n_logits; /* inputs[k + 1]: checked above */
+          for (int i = 0; i < n_logits; i++)
+            mine[i] = u[i] + inputs[k].cfg_scale * (mine[i] - u[i]);
+        }
+      gepard_sampler_next (inputs[k].sequence->sampler, mine, codes + (gsize)k * c->n_audio_heads);
+    }
   return TRUE;
 }
 
@@ -181,6 +199,7 @@ gepard_compute_cpu_new (const GepardModel *model, GepardCodec *codec)
 
   self->parent.funcs = &cpu_funcs;
   self->parent.max_batch = G_MAXINT;
+  self->parent.text_cfg = TRUE;
   /* a step's time grows with its batch on the CPU: more streams per step only slow each down */
   self->parent.default_batch = 64;
   self->model = model;

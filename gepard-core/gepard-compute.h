@@ -33,6 +33,12 @@ typedef struct
   const gint32 *ids;
   int n_ids;
   const gint32 *codes; /* NULL on the prefill */
+  /* text-CFG (§3.4): a guided input's next frame is sampled from u + cfg_scale·(c − u), c its own
+   * logits and u those of inputs[k + 1], its unconditional branch (the empty text after the same
+   * prefix, fed the same frames), which is marked `unconditional` and gets no frame of its own */
+  gboolean guided;
+  float cfg_scale;
+  gboolean unconditional;
 } GepardStepInput;
 
 typedef struct
@@ -46,7 +52,8 @@ typedef struct
   void (*sequence_free) (GepardCompute *compute, GepardSequence *sequence);
   /* One forward over all inputs, then for each input i: the stop logit of its last position in
    * stop_logits[i] and the next frame sampled from its heads in codes[i·32 …] (sampled even when
-   * the stop head fires; the engine decides, §3.4). Ids and codes were checked by the caller. */
+   * the stop head fires; the engine decides, §3.4; none for an unconditional branch). Ids and
+   * codes were checked by the caller. */
   gboolean (*step) (GepardCompute *compute, const GepardStepInput *inputs, int n, gint32 *codes,
                     float *stop_logits, GError **error);
 
@@ -71,6 +78,8 @@ struct _GepardCompute
   /* the engine decodes audio on a second thread while a step runs (the backend is safe for one
    * step and one decode_audio at once, and gains from it) unless told otherwise */
   gboolean decode_alongside;
+  /* the step takes guided inputs (text-CFG) */
+  gboolean text_cfg;
 };
 
 /* The CPU backend over a loaded model and its codec (may be NULL); both are borrowed and must

@@ -8,6 +8,7 @@
 #include "gepard-hub.h"
 #include "gepard-voice.h"
 
+#include <math.h>
 #include <string.h>
 
 G_DEFINE_QUARK (gepard - engine - error - quark, gepard_engine_error)
@@ -27,7 +28,8 @@ struct _GepardUtterance
   GDestroyNotify destroy;
 
   /* scheduler thread only */
-  GepardSequence *sequence; /* from its prefill to its end */
+  GepardSequence *sequence;      /* from its prefill to its end */
+  GepardSequence *unconditional; /* text-CFG's branch over the empty text (§3.4), likewise */
   gint32 last_codes[GEPARD_MAX_AUDIO_HEADS];
   int n_frames;
   gboolean ended;
@@ -89,9 +91,11 @@ gepard_utterance_unref (GepardUtterance *utterance)
   g_array_unref (utterance->layout);
   g_free (utterance->prefix);
   g_clear_error (&utterance->error);
+  GepardCompute *compute = utterance->engine->compute;
   if (utterance->sequence != NULL)
-    utterance->engine->compute->funcs->sequence_free (utterance->engine->compute,
-                                                      utterance->sequence);
+    compute->funcs->sequence_free (compute, utterance->sequence);
+  if (utterance->unconditional != NULL)
+    compute->funcs->sequence_free (compute, utterance->unconditional);
   if (utterance->destroy != NULL)
     utterance->destroy (utterance->user_data);
   gepard_engine_unref (utterance->engine);
@@ -121,11 +125,11 @@ utterance_end (GepardUtterance *utterance, GepardUtteranceEnd end)
     return;
   utterance->ended = TRUE;
   /* the cache is the expensive part: give it back now, not when the last reference goes */
+  GepardCompute *compute = utterance->engine->compute;
   if (utterance->sequence != NULL)
-    {
-      GepardCompute *compute = utterance->engine->compute;
-      compute->funcs->sequence_free (compute, g_steal_pointer (&utterance->sequence));
-    }
+    compute->funcs->sequence_free (compute, g_steal_pointer (&utterance->sequence));
+  if (utterance->unconditional != NULL)
+    compute->funcs->sequence_free (compute, g_steal_pointer (&utterance->unconditional));
   if (utterance->callbacks.done != NULL)
     utterance->callbacks.done (utterance, end, utterance->n_frames, utterance->user_data);
 }
@@ -142,6 +146,28 @@ utterance_fail (GepardUtterance *utterance, const GError *error)
 }
 
 /* ---- the scheduler ---- */
+
+static gboolean
+uses_cfg (const GepardUtterance *utterance)
+{
+  return utterance->sampling.cfg_scale != 1.0f;
+}
+
+/* the sequences an utterance runs in each step: two with text-CFG */
+static int
+sequences_of (const GepardUtterance *utterance)
+{
+  return uses_cfg (utterance) ? 2 : 1;
+}
+
+static guint
+sequences_in (GPtrArray *utterances)
+{
+  guint n = 0;
+  for (guint i = 0; i < utterances->len; i++)
+    n += sequences_of (g_ptr_array_index (utterances, i));
+  return n;
+}
 
 /* One iteration: a forward over the admitted prefills and the running decodes, then a frame (or
  * the end) for each. */
@@ -166,7 +192,9 @@ run_step (GepardEngine *engine, GPtrArray *admitted)
           continue;
         }
       u->sequence = compute->funcs->sequence_new (compute, &u->sampling, &error);
-      if (u->sequence == NULL)
+      if (u->sequence != NULL && uses_cfg (u))
+        u->unconditional = compute->funcs->sequence_new (compute, &u->sampling, &error);
+      if (u->sequence == NULL || (uses_cfg (u) && u->unconditional == NULL))
         {
           /* no room on the device: this one ends, the others go on */
           g_warning ("Gepard cannot start an utterance: %s", error->message);
@@ -182,27 +210,49 @@ run_step (GepardEngine *engine, GPtrArray *admitted)
   if (n == 0)
     return;
 
-  g_autofree GepardStepInput *inputs = g_new0 (GepardStepInput, n);
-  g_autofree gint32 *codes = g_new (gint32, (gsize)n * c->n_audio_heads);
-  g_autofree float *stops = g_new (float, n);
-  for (int k = 0; k < n; k++)
+  /* each utterance's input, and with text-CFG its unconditional branch's right after it */
+  int n_inputs = sequences_in (batch);
+  const gint32 empty_text[3] = {c->start_of_text, c->end_of_text, c->start_of_speech};
+  g_autofree GepardStepInput *inputs = g_new0 (GepardStepInput, n_inputs);
+  g_autofree int *input_of = g_new (int, n);
+  g_autofree gint32 *codes = g_new (gint32, (gsize)n_inputs * c->n_audio_heads);
+  g_autofree float *stops = g_new (float, n_inputs);
+  for (int k = 0, j = 0; k < n; k++)
     {
       GepardUtterance *u = g_ptr_array_index (batch, k);
-      inputs[k].sequence = u->sequence;
+      GepardStepInput *in = &inputs[j];
+      input_of[k] = j;
+      in->sequence = u->sequence;
       if (k < n_prefills)
         {
           /* prefill: [prefix | layout ids] (§3.3); ids were checked at submit */
-          inputs[k].prefix = u->prefix;
-          inputs[k].n_prefix = u->n_prefix;
-          inputs[k].ids = (const gint32 *)u->layout->data;
-          inputs[k].n_ids = u->layout->len;
+          in->prefix = u->prefix;
+          in->n_prefix = u->n_prefix;
+          in->ids = (const gint32 *)u->layout->data;
+          in->n_ids = u->layout->len;
         }
       else
-        inputs[k].codes = u->last_codes;
+        in->codes = u->last_codes;
+      j++;
+      if (uses_cfg (u))
+        {
+          in->guided = TRUE;
+          in->cfg_scale = u->sampling.cfg_scale;
+          inputs[j] = *in;
+          inputs[j].sequence = u->unconditional;
+          inputs[j].guided = FALSE;
+          inputs[j].unconditional = TRUE;
+          if (k < n_prefills)
+            {
+              inputs[j].ids = empty_text;
+              inputs[j].n_ids = G_N_ELEMENTS (empty_text);
+            }
+          j++;
+        }
     }
 
   g_autoptr (GError) error = NULL;
-  if (!compute->funcs->step (compute, inputs, n, codes, stops, &error))
+  if (!compute->funcs->step (compute, inputs, n_inputs, codes, stops, &error))
     {
       /* a backend failure ends what was in the step rather than the process */
       g_warning ("Gepard engine step failed: %s", error->message);
@@ -220,13 +270,14 @@ run_step (GepardEngine *engine, GPtrArray *admitted)
           utterance_end (u, GEPARD_UTTERANCE_CANCELLED);
           continue;
         }
-      /* §3.4: no stop check before the first frame */
-      if (u->n_frames > 0 && !u->sampling.ignore_stop && gepard_stop_decision (stops[k]))
+      /* §3.4: no stop check before the first frame; with CFG, the text's branch decides */
+      int j = input_of[k];
+      if (u->n_frames > 0 && !u->sampling.ignore_stop && gepard_stop_decision (stops[j]))
         {
           utterance_end (u, GEPARD_UTTERANCE_STOPPED);
           continue;
         }
-      memcpy (u->last_codes, codes + (gsize)k * c->n_audio_heads,
+      memcpy (u->last_codes, codes + (gsize)j * c->n_audio_heads,
               sizeof (gint32) * c->n_audio_heads);
       if (u->callbacks.frame != NULL)
         u->callbacks.frame (u, u->last_codes, u->n_frames, u->user_data);
@@ -518,16 +569,20 @@ scheduler_main (gpointer data)
         g_cond_wait (&engine->wake, &engine->lock);
       gboolean stopping = engine->stopping;
 
-      /* admit under the prefill budget; one utterance always fits */
+      /* admit under the prefill budget and the batch's sequences; one utterance always fits */
       int budget = engine->options.prefill_budget;
-      while (!stopping && !g_queue_is_empty (&engine->waiting)
-             && engine->running->len + admitted->len < (guint)engine->options.max_batch)
+      guint sequences = sequences_in (engine->running);
+      while (!stopping && !g_queue_is_empty (&engine->waiting))
         {
           GepardUtterance *u = g_queue_peek_head (&engine->waiting);
-          int tokens = u->n_prefix + (int)u->layout->len;
-          if (admitted->len > 0 && tokens > budget)
+          int tokens = u->n_prefix + (int)u->layout->len + (uses_cfg (u) ? u->n_prefix + 3 : 0);
+          gboolean first = admitted->len == 0 && engine->running->len == 0;
+          if (!first
+              && (sequences + sequences_of (u) > (guint)engine->options.max_batch
+                  || (admitted->len > 0 && tokens > budget)))
             break;
           g_ptr_array_add (admitted, g_queue_pop_head (&engine->waiting));
+          sequences += sequences_of (u);
           budget -= tokens;
         }
       engine->stats.waiting = g_queue_get_length (&engine->waiting);
@@ -967,11 +1022,17 @@ gepard_engine_submit (GepardEngine *engine, const gint32 *text_ids, int n_ids, c
                    "positive repetition penalty");
       return NULL;
     }
-  if (sampling->cfg_scale != 1.0f)
+  if (!isfinite (sampling->cfg_scale))
+    {
+      g_set_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_INVALID_INPUT,
+                   "The text CFG scale must be a finite number (1: off)");
+      return NULL;
+    }
+  if (sampling->cfg_scale != 1.0f && !engine->compute->text_cfg)
     {
       g_set_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_UNSUPPORTED,
-                   "Text CFG (cfg_scale %g) runs only in the reference loop, not in the engine",
-                   sampling->cfg_scale);
+                   "Text CFG (cfg_scale %g) does not run on %s yet; use the CPU, or cfg_scale 1",
+                   sampling->cfg_scale, engine->device.description);
       return NULL;
     }
 

@@ -48,6 +48,7 @@ GST_DEBUG_CATEGORY_STATIC (gst_gepard_lm_debug);
 #define DEFAULT_VOICE "default"
 #define DEFAULT_TEMPERATURE -1.0
 #define DEFAULT_TOP_K 0
+#define DEFAULT_CFG_SCALE 1.0
 #define DEFAULT_MAX_FRAMES 2000
 #define DEFAULT_FRAMES_PER_BUFFER 1
 #define DEFAULT_SEED 0
@@ -60,6 +61,7 @@ enum
   PROP_VOICE,
   PROP_TEMPERATURE,
   PROP_TOP_K,
+  PROP_CFG_SCALE,
   PROP_MAX_FRAMES,
   PROP_IGNORE_STOP,
   PROP_SEED,
@@ -95,6 +97,7 @@ struct _GstGepardLm
   char *voice;
   double temperature;
   int top_k;
+  double cfg_scale;
   int max_frames;
   gboolean ignore_stop;
   guint64 seed;
@@ -390,6 +393,7 @@ gst_gepard_lm_generate (GstGepardLm *self, const GArray *ids)
   if (self->temperature >= 0)
     sampling.temperature = (float)self->temperature;
   sampling.top_k = self->top_k;
+  sampling.cfg_scale = (float)self->cfg_scale;
   sampling.max_frames = self->max_frames;
   sampling.ignore_stop = self->ignore_stop;
   /* seed + sentence index: every sentence of a turn differs, and a turn replays exactly */
@@ -719,6 +723,9 @@ gst_gepard_lm_set_property (GObject *object, guint prop_id, const GValue *value,
     case PROP_TOP_K:
       self->top_k = g_value_get_int (value);
       break;
+    case PROP_CFG_SCALE:
+      self->cfg_scale = g_value_get_double (value);
+      break;
     case PROP_MAX_FRAMES:
       self->max_frames = g_value_get_int (value);
       break;
@@ -760,6 +767,9 @@ gst_gepard_lm_get_property (GObject *object, guint prop_id, GValue *value, GPara
       break;
     case PROP_TOP_K:
       g_value_set_int (value, self->top_k);
+      break;
+    case PROP_CFG_SCALE:
+      g_value_set_double (value, self->cfg_scale);
       break;
     case PROP_MAX_FRAMES:
       g_value_set_int (value, self->max_frames);
@@ -866,6 +876,15 @@ gst_gepard_lm_class_init (GstGepardLmClass *klass)
                         0, 1024, DEFAULT_TOP_K,
                         G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (
+      gobject_class, PROP_CFG_SCALE,
+      g_param_spec_double ("cfg-scale", "Text CFG scale",
+                           "Text classifier-free guidance (gepard-model.md §3.4): 1 is off; above "
+                           "1 each frame leans further toward the text, away from what the model "
+                           "says without it (a second branch runs beside each sentence, about "
+                           "twice the work; CPU only for now). Applies from the next sentence.",
+                           0.0, 10.0, DEFAULT_CFG_SCALE,
+                           G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING));
+  g_object_class_install_property (
       gobject_class, PROP_MAX_FRAMES,
       g_param_spec_int ("max-frames", "Maximum frames",
                         "Frames at most per sentence (21.5 per second of speech) when the model "
@@ -928,6 +947,7 @@ gst_gepard_lm_init (GstGepardLm *self)
   self->device = g_strdup (DEFAULT_DEVICE);
   self->voice = g_strdup (DEFAULT_VOICE);
   self->temperature = DEFAULT_TEMPERATURE;
+  self->cfg_scale = DEFAULT_CFG_SCALE;
   self->top_k = DEFAULT_TOP_K;
   self->max_frames = DEFAULT_MAX_FRAMES;
   self->frames_per_buffer = DEFAULT_FRAMES_PER_BUFFER;

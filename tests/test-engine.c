@@ -138,23 +138,20 @@ test_single_equals_reference (void)
   record_free (r);
 }
 
-/* The reference's logits for `head` at frame `k` after forcing `frames` [k, 32]. */
+/* The heads' logits of the reference loop over `ids` at frame `k` after forcing `frames` [k, 32].
+ */
 static void
-reference_logits_at (GepardEngine *engine, const gint32 *text, int n, const gint32 *frames, int k,
-                     float *logits)
+forced_logits (const GepardModel *model, const gint32 *ids, int n_ids, const gint32 *frames, int k,
+               float *logits)
 {
-  const GepardModel *model = gepard_engine_get_model (engine);
-  const GepardModelConfig *c = gepard_engine_get_config (engine);
-  int h = c->hidden_size;
-  g_autoptr (GArray) layout = gepard_text_layout (c, text, n);
-  g_autofree float *embeds = g_new (float, layout->len *h);
-  g_autofree float *hidden = g_new (float, layout->len *h);
+  int h = gepard_model_get_config (model)->hidden_size;
+  g_autofree float *embeds = g_new (float, n_ids *h);
+  g_autofree float *hidden = g_new (float, n_ids *h);
   g_autoptr (GepardKvCache) cache = gepard_kv_cache_new (model);
   float stop;
-  g_assert_true (
-      gepard_model_embed_tokens (model, (const gint32 *)layout->data, layout->len, embeds, NULL));
-  gepard_model_forward (model, cache, embeds, layout->len, hidden);
-  const float *state = hidden + (layout->len - 1) * h;
+  g_assert_true (gepard_model_embed_tokens (model, ids, n_ids, embeds, NULL));
+  gepard_model_forward (model, cache, embeds, n_ids, hidden);
+  const float *state = hidden + (n_ids - 1) * h;
   for (int j = 0; j < k; j++)
     {
       g_assert_true (gepard_model_embed_frame (model, frames + j * 32, embeds, NULL));
@@ -162,6 +159,25 @@ reference_logits_at (GepardEngine *engine, const gint32 *text, int n, const gint
       state = hidden;
     }
   gepard_model_heads (model, state, logits, &stop);
+}
+
+/* The reference's logits at frame `k` after forcing `frames` [k, 32], with text-CFG's
+ * u + w·(c − u) where cfg_scale ≠ 1 (§3.4). */
+static void
+reference_logits_at (GepardEngine *engine, const gint32 *text, int n, const gint32 *frames, int k,
+                     float cfg_scale, float *logits)
+{
+  const GepardModel *model = gepard_engine_get_model (engine);
+  const GepardModelConfig *c = gepard_engine_get_config (engine);
+  g_autoptr (GArray) layout = gepard_text_layout (c, text, n);
+  forced_logits (model, (const gint32 *)layout->data, layout->len, frames, k, logits);
+  if (cfg_scale == 1.0f)
+    return;
+  const gint32 empty[3] = {c->start_of_text, c->end_of_text, c->start_of_speech};
+  float u[GEPARD_MAX_HEAD_LOGITS];
+  forced_logits (model, empty, 3, frames, k, u);
+  for (int i = 0; i < gepard_model_get_n_head_logits (model); i++)
+    logits[i] = u[i] + cfg_scale * (logits[i] - u[i]);
 }
 
 /* Whether greedy frames `got` from a batched engine are the reference loop's for the same request;
@@ -183,7 +199,8 @@ matches_reference (GepardEngine *engine, const gint32 *text, int n, const Gepard
     }
   int frame = k / 32, head = k % 32, offset = 0;
   float logits[GEPARD_MAX_HEAD_LOGITS];
-  reference_logits_at (engine, text, n, (const gint32 *)got->data, frame, logits);
+  reference_logits_at (engine, text, n, (const gint32 *)got->data, frame, sampling->cfg_scale,
+                       logits);
   for (int j = 0; j < head; j++)
     offset += c->head_levels[j];
   float a = logits[offset + g_array_index (got, gint32, k)];
@@ -245,6 +262,75 @@ test_batched_equals_reference (void)
   /* batching: far fewer steps than frames */
   g_assert_cmpuint (stats.steps * 2, <, stats.frames);
   g_assert_cmpuint (stats.utterances, ==, N);
+}
+
+/* Text-CFG (§3.4) in the engine: each utterance runs its text's and the empty text's branch side
+ * by side in the batch, beside utterances without CFG. Alone and sampled, an utterance gets exactly
+ * the reference loop's frames; batched and greedy, each gets them up to a near tie of the
+ * reference's guided logits (matches_reference). */
+static void
+test_cfg_equals_reference (void)
+{
+  g_autoptr (GError) error = NULL;
+  GepardEngineOptions options;
+  gepard_engine_options_init (&options);
+  options.max_batch = 5; /* fewer sequences than the utterances ask for at once: they queue */
+  g_autoptr (GepardEngine) engine = gepard_engine_new (model_dir, "cpu", &options, &error);
+  g_assert_no_error (error);
+  GepardSampling sampling;
+  gepard_sampling_init_default (&sampling);
+  sampling.seed = 7;
+  sampling.max_frames = 120;
+  sampling.cfg_scale = 1.5f;
+  gint32 text[16];
+  int n;
+  text_for (2, text, &n);
+
+  Record *r = record_new (0);
+  g_autoptr (GepardUtterance) alone
+      = gepard_engine_submit (engine, text, n, NULL, 0, &sampling, &callbacks, r, NULL, &error);
+  g_assert_no_error (error);
+  record_wait (r);
+  g_autoptr (GArray) expected = reference_frames (engine, text, n, &sampling);
+  g_assert_cmpmem (r->frames->data, r->frames->len * 4, expected->data, expected->len * 4);
+  /* and CFG changed them */
+  sampling.cfg_scale = 1.0f;
+  g_autoptr (GArray) plain = reference_frames (engine, text, n, &sampling);
+  g_assert_false (plain->len == expected->len
+                  && memcmp (plain->data, expected->data, plain->len * 4) == 0);
+  record_free (r);
+
+  enum
+  {
+    N = 6
+  };
+  Record *records[N];
+  GepardUtterance *utterances[N];
+  float scales[N] = {2.0f, 1.0f, 0.5f, 3.0f, 1.0f, 1.5f};
+  sampling.temperature = 0;
+  for (int i = 0; i < N; i++)
+    {
+      text_for (i, text, &n);
+      sampling.cfg_scale = scales[i];
+      sampling.max_frames = 30 + 10 * i;
+      records[i] = record_new (0);
+      utterances[i] = gepard_engine_submit (engine, text, n, NULL, 0, &sampling, &callbacks,
+                                            records[i], NULL, &error);
+      g_assert_no_error (error);
+    }
+  int identical = 0;
+  for (int i = 0; i < N; i++)
+    {
+      text_for (i, text, &n);
+      record_wait (records[i]);
+      g_assert_cmpint (records[i]->ended, ==, 1);
+      sampling.cfg_scale = scales[i];
+      sampling.max_frames = 30 + 10 * i;
+      identical += matches_reference (engine, text, n, &sampling, records[i]->frames, i);
+      gepard_utterance_unref (utterances[i]);
+      record_free (records[i]);
+    }
+  g_assert_cmpint (identical, >=, N / 2);
 }
 
 static void
@@ -335,10 +421,10 @@ test_bad_requests (void)
       gepard_engine_submit (engine, bad, 0, NULL, 0, &sampling, &callbacks, NULL, NULL, &error));
   g_assert_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_INVALID_INPUT);
   g_clear_error (&error);
-  sampling.cfg_scale = 2.0f;
+  sampling.cfg_scale = NAN;
   g_assert_null (
       gepard_engine_submit (engine, bad, 1, NULL, 0, &sampling, &callbacks, NULL, NULL, &error));
-  g_assert_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_UNSUPPORTED);
+  g_assert_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_INVALID_INPUT);
   g_clear_error (&error);
   sampling.cfg_scale = 1.0f;
   sampling.max_frames = 0;
@@ -650,6 +736,7 @@ main (int argc, char **argv)
 
   g_test_add_func ("/engine/single-equals-reference", test_single_equals_reference);
   g_test_add_func ("/engine/batched-equals-reference", test_batched_equals_reference);
+  g_test_add_func ("/engine/cfg-equals-reference", test_cfg_equals_reference);
   g_test_add_func ("/engine/cancel", test_cancel);
   g_test_add_func ("/engine/utterances-keep-engine", test_utterances_keep_engine);
   g_test_add_func ("/engine/bad-requests", test_bad_requests);

@@ -239,12 +239,12 @@ run_parity (Context *ctx, int batch, int n_frames, const GepardSampling *samplin
         {
           Seq *s = &seqs[active[a]];
           gboolean prefill = s->frames == 0;
-          inputs[a] = (GepardStepInput){s->gpu_seq,
-                                        prefill ? s->prefix : NULL,
-                                        prefill ? s->n_prefix : 0,
-                                        prefill ? s->ids : NULL,
-                                        prefill ? s->n_ids : 0,
-                                        prefill ? NULL : s->gpu_codes};
+          inputs[a] = (GepardStepInput){.sequence = s->gpu_seq,
+                                        .prefix = prefill ? s->prefix : NULL,
+                                        .n_prefix = prefill ? s->n_prefix : 0,
+                                        .ids = prefill ? s->ids : NULL,
+                                        .n_ids = prefill ? s->n_ids : 0,
+                                        .codes = prefill ? NULL : s->gpu_codes};
           segments[a] = (GepardBatchSegment){s->cache, prefill ? s->n_prefix + s->n_ids : 1};
           rows += segments[a].n_tokens;
         }
@@ -454,8 +454,9 @@ bench (Context *ctx, GArray *batches, GArray *contexts, int n_steps)
             int n = 0, rows = 0;
             while (k + n < batch && (n == 0 || rows + context <= 8192))
               {
-                inputs[n] = (GepardStepInput){seqs[k + n], NULL, 0, ids + (gsize)(k + n) * context,
-                                              context,     NULL};
+                inputs[n] = (GepardStepInput){.sequence = seqs[k + n],
+                                              .ids = ids + (gsize)(k + n) * context,
+                                              .n_ids = context};
                 rows += context;
                 n++;
               }
@@ -467,7 +468,7 @@ bench (Context *ctx, GArray *batches, GArray *contexts, int n_steps)
         for (int step = 0; step < n_steps + 2 && ok; step++)
           {
             for (int k = 0; k < batch; k++)
-              inputs[k] = (GepardStepInput){seqs[k], NULL, 0, NULL, 0, codes + (gsize)k * nh};
+              inputs[k] = (GepardStepInput){.sequence = seqs[k], .codes = codes + (gsize)k * nh};
             g_autofree gint32 *next = g_new (gint32, (gsize)batch * nh);
             gint64 start = g_get_monotonic_time ();
             ok = ctx->gpu->funcs->step (ctx->gpu, inputs, batch, next, stops, &error);

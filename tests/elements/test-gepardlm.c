@@ -198,6 +198,31 @@ GST_START_TEST (test_seed_determinism)
 }
 GST_END_TEST;
 
+/* The greedy frames of turn[0] at text-CFG scale `cfg_scale`. */
+static GArray *
+greedy_frames (double cfg_scale)
+{
+  GstHarness *h = lm_harness ("temperature", 0.0, "cfg-scale", cfg_scale, "max-frames", 25, NULL);
+  GArray *codes = g_array_new (FALSE, FALSE, sizeof (gint32));
+  guint64 next = 0;
+  fail_unless_equals_int (gst_harness_push (h, text_buffer (turn[0])), GST_FLOW_OK);
+  fail_unless (take_frames (h, codes, &next) > 0);
+  gst_harness_teardown (h);
+  return codes;
+}
+
+GST_START_TEST (test_cfg_scale)
+{
+  g_autoptr (GArray) plain = greedy_frames (1.0);
+  g_autoptr (GArray) again = greedy_frames (1.0);
+  g_autoptr (GArray) guided = greedy_frames (2.0);
+  fail_unless (plain->len == again->len && memcmp (plain->data, again->data, plain->len * 4) == 0);
+  /* the scale reaches the engine: the text-free branch moves the frames */
+  fail_unless (plain->len != guided->len
+               || memcmp (plain->data, guided->data, plain->len * 4) != 0);
+}
+GST_END_TEST;
+
 GST_START_TEST (test_blank_sentences_skipped)
 {
   GstHarness *h = lm_harness ("max-frames", 5, NULL);
@@ -591,6 +616,7 @@ gepardlm_suite (void)
   tcase_add_test (tc, test_frames_on_one_timeline);
   tcase_add_test (tc, test_max_frames_bounds_each_sentence);
   tcase_add_test (tc, test_seed_determinism);
+  tcase_add_test (tc, test_cfg_scale);
   tcase_add_test (tc, test_blank_sentences_skipped);
   tcase_add_test (tc, test_flush_cancels);
   tcase_add_test (tc, test_stop_mid_sentence);
