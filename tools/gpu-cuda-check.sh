@@ -6,6 +6,8 @@
 # kernels never used and used up to 8 rows (GEPARD_CUDA_GEMV_ROWS=0, 8), and B = 1, 2, 4, 8 with
 # each. `gpu-cuda-check.sh diag` instead runs the parity with the GEMMs summed without tensor
 # cores, and profiles a batch-1 decode with ncu.
+# `gpu-cuda-check.sh model DIR` runs the parity and the engine benchmark (LM and codec on the GPU)
+# on one model directory carried along, e.g. models/voice, instead of the random test models.
 # `gpu-cuda-check.sh codec` checks the GPU's audio decoder against the CPU codec (tiny and
 # published codec shapes, plain fp32 sums and each GEMM of GEPARD_CODEC_GEMMS: the own TF32 kernel,
 # the own fp16 kernel, cuBLAS), runs compute-sanitizer over the fp16 kernel (the tools of
@@ -122,6 +124,22 @@ if [ "${1:-}" = diag ]; then
     "$bin/tools/gepard-cuda-check" bench "$models/g1-14" --batches 1 --contexts 64 --steps 2 \
     >/dev/null
   kernel_times "$out/ncu-b1.csv"
+  step "done"
+  exit 0
+fi
+
+if [ "${1:-}" = model ]; then
+  model=${2:?usage: gpu-cuda-check.sh model DIR}
+  step "parity, $model"
+  timeout 200 "$bin/tools/gepard-cuda-check" parity "$model" --batches 1,8 --frames 100
+  echo "exit $?"
+  step "codec, $model"
+  timeout 200 "$bin/tools/gepard-cuda-check" codec "$model" --frames 12 --batches 1,64,256
+  echo "exit $?"
+  step "engine end to end (LM + codec on the GPU), $model, 200 frames"
+  timeout 300 "$bin/tools/gepard-bench" engine "$model" --device cuda \
+    --concurrency "${GEPARD_ENGINE_CONCURRENCY:-1,1,8,64,256}" --frames 200
+  echo "exit $?"
   step "done"
   exit 0
 fi
