@@ -145,9 +145,14 @@ cuda_step_full (GepardCompute *compute, const GepardStepInput *inputs, int n, gi
     return FALSE;
   g_autofree GepardCudaStepInput *in = g_new (GepardCudaStepInput, n);
   for (int k = 0; k < n; k++)
-    in[k] = (GepardCudaStepInput){inputs[k].sequence->slot, inputs[k].prefix,
-                                  inputs[k].n_prefix,       inputs[k].ids,
-                                  inputs[k].n_ids,          inputs[k].codes};
+    in[k] = (GepardCudaStepInput){.sequence = inputs[k].sequence->slot,
+                                  .prefix = inputs[k].prefix,
+                                  .n_prefix = inputs[k].n_prefix,
+                                  .ids = inputs[k].ids,
+                                  .n_ids = inputs[k].n_ids,
+                                  .codes = inputs[k].codes,
+                                  .guided = inputs[k].guided,
+                                  .cfg_scale = inputs[k].cfg_scale};
   if (self->fn.step (self->gpu, in, n, codes, stop_logits, logits, message, sizeof message) != 0)
     {
       g_set_error (error, GEPARD_BACKEND_ERROR, GEPARD_BACKEND_ERROR_UNAVAILABLE,
@@ -560,6 +565,7 @@ gepard_compute_cuda_new (const GepardCheckpoint *checkpoint, const GepardModel *
   fn.model_info (gpu, &info);
   /* one step for every stream: a GPU step's time grows far slower than its batch */
   self->parent.max_batch = self->parent.default_batch = info.max_sequences;
+  self->parent.text_cfg = TRUE;
   /* the step and the codec pass run on streams of their own: the GPU overlaps them */
   self->parent.decode_alongside = TRUE;
   return &self->parent;

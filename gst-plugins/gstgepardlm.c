@@ -881,7 +881,7 @@ gst_gepard_lm_class_init (GstGepardLmClass *klass)
                            "Text classifier-free guidance (gepard-model.md §3.4): 1 is off; above "
                            "1 each frame leans further toward the text, away from what the model "
                            "says without it (a second branch runs beside each sentence, about "
-                           "twice the work; CPU only for now). Applies from the next sentence.",
+                           "twice the work). Applies from the next sentence.",
                            0.0, 10.0, DEFAULT_CFG_SCALE,
                            G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (

@@ -841,12 +841,24 @@ sample_kernel (const float *acc, int acc_stride, const float *bias, const Gepard
     return;
   const float *a = acc + (size_t)b * acc_stride;
   float *l = logits + (size_t)b * n_logits, *w = work + (size_t)b * n_logits;
+  GepardStepSeq seq = seqs[b];
+  /* text-CFG: u + w·(c − u) over the next sequence's logits, rounded op by op as on the CPU */
+  const float *u = seq.guided && b + 1 < n_seqs ? acc + (size_t)(b + 1) * acc_stride : NULL;
   for (int i = lane; i < n_logits; i += WARP)
-    w[i] = l[i] = bf16r (a[i] + bias[i]);
+    {
+      float c = bf16r (a[i] + bias[i]);
+      l[i] = c;
+      if (u != NULL)
+        {
+          float ui = bf16r (u[i] + bias[i]);
+          c = __fadd_rn (ui, __fmul_rn (seq.cfg_scale, __fsub_rn (c, ui)));
+        }
+      w[i] = c;
+    }
   if (lane == 0)
     stop_logits[b] = bf16r (a[n_logits] + bias[n_logits]);
+  __syncwarp ();
 
-  GepardStepSeq seq = seqs[b];
   GepardSamplerState st = seq.init ? seq.state : states[seq.slot];
   int32_t *hist = history + (size_t)seq.slot * GEPARD_PENALTY_WINDOW * n_heads;
   int n_recent = min (st.n_frames, GEPARD_PENALTY_WINDOW);

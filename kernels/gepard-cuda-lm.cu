@@ -1082,6 +1082,8 @@ gepard_cuda_step (GepardCudaModel *m, const GepardCudaStepInput *inputs, int n, 
         }
       if (n_rows[i] == 0)
         return msg.fail ("Step input %d brings no rows", i);
+      if (in.guided && i + 1 >= n)
+        return msg.fail ("Step input %d is guided but has no unconditional branch after it", i);
       int length = s.length + n_rows[i];
       if (length > m->max_context)
         return msg.fail ("A sequence would reach %d positions, more than the %d the GPU backend "
@@ -1162,6 +1164,8 @@ gepard_cuda_step (GepardCudaModel *m, const GepardCudaStepInput *inputs, int n, 
       q.slot = in.sequence;
       q.last_row = row - 1;
       q.init = s.init;
+      q.guided = in.guided;
+      q.cfg_scale = in.cfg_scale;
       q.state = s.state;
       int32_t *table = tables + (size_t)i * m->max_blocks;
       for (int b = 0; b < m->max_blocks; b++)

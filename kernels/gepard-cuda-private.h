@@ -138,7 +138,9 @@ typedef struct
 {
   int slot;
   int last_row;
-  int init; /* the slot's sampler starts from `state` (a new sequence) */
+  int init;   /* the slot's sampler starts from `state` (a new sequence) */
+  int guided; /* text-CFG: the next sequence of the step is this one's unconditional branch */
+  float cfg_scale;
   int pad;
   GepardSamplerState state;
 } GepardStepSeq;

@@ -104,6 +104,10 @@ extern "C"
     const int32_t *ids;
     int n_ids;
     const int32_t *codes; /* NULL on a prefill */
+    /* text-CFG (gepard-model.md §3.4): the next frame is sampled from u + cfg_scale·(c − u), u
+     * the logits of the next input (this sequence's unconditional branch) */
+    int guided;
+    float cfg_scale;
   } GepardCudaStepInput;
 
   typedef struct _GepardCudaModel GepardCudaModel;

@@ -1,6 +1,7 @@
 /* gepard-cuda-check: the CUDA backend against the CPU reference, and its step time.
  *
  *   gepard-cuda-check parity MODEL [--frames N] [--batches 1,8]
+ *   gepard-cuda-check cfg MODEL [--frames N]
  *   gepard-cuda-check bench MODEL [--batches 1,8,64,256] [--contexts 64,1024] [--steps N]
  *
  * parity: for each batch size B, B sequences with different prompt lengths (every third one
@@ -15,6 +16,10 @@
  * is to be read against: the check fails where the GPU's mean logit error is more than
  * TOLERANCE times that floor. Greedy frames are compared too, but random weights make near ties
  * common, so they diverge within a few frames even between two CPU runs.
+ *
+ * cfg: text-CFG through both backends' step (guided sequences beside their unconditional
+ * branches, and a plain one), greedy, fed the same frames; judged by head argmax agreement
+ * (cfg_check).
  *
  * bench: B sequences prefilled to each context length, then decode steps timed one by one (the
  * whole step: upload, forward, sampling on the device, copy back).
@@ -415,6 +420,116 @@ compare_double (const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
+/* Text-CFG (§3.4) on both backends through the engine's step interface: three guided sequences
+ * (scales 1.5, 3 and 0.5, one after a speaker prefix), each with its unconditional branch after
+ * it, and one plain sequence, greedy, every step fed the CPU's frames on both sides; the GPU's
+ * frames must agree with the CPU's on at least CFG_MIN_AGREEMENT of the heads (the guidance
+ * scales the logits' differences, and with them the GPU's rounding, by up to 2w − 1). */
+#define CFG_MIN_AGREEMENT 0.98
+static int
+cfg_check (Context *ctx, int n_frames)
+{
+  enum
+  {
+    N_INPUTS = 7
+  };
+  static const float scales[] = {1.5f, 3.0f, 0.5f};
+  const GepardModelConfig *c = ctx->c;
+  int h = ctx->h, nh = ctx->nh;
+  g_autoptr (GError) error = NULL;
+  GepardCompute *cpu = gepard_compute_cpu_new (ctx->model, NULL);
+  GepardCompute *backends[2] = {cpu, ctx->gpu};
+  GepardSequence *seqs[2][N_INPUTS] = {{NULL}};
+  GepardStepInput inputs[N_INPUTS] = {{0}};
+  GepardSampling sampling;
+  gepard_sampling_init_default (&sampling);
+  sampling.temperature = 0;
+  GRand *rand = g_rand_new_with_seed (77);
+  const gint32 empty[3] = {c->start_of_text, c->end_of_text, c->start_of_speech};
+  gint32 ids[4][12];
+  g_autofree float *prefix = g_new (float, (gsize)8 * h);
+  for (int i = 0; i < 8 * h; i++)
+    prefix[i] = (float)g_rand_double_range (rand, -0.1, 0.1);
+  gint32 fed[4][GEPARD_MAX_AUDIO_HEADS] = {{0}};
+  gint32 codes[2][N_INPUTS * GEPARD_MAX_AUDIO_HEADS];
+  float stops[2][N_INPUTS];
+  guint64 heads = 0, agreed = 0, frames = 0, identical = 0;
+  gboolean ok = TRUE;
+
+  for (int b = 0; b < 2 && ok; b++)
+    for (int k = 0; k < N_INPUTS && ok; k++)
+      ok = (seqs[b][k] = backends[b]->funcs->sequence_new (backends[b], &sampling, &error)) != NULL;
+  for (int u = 0; u < 4; u++)
+    for (int t = 0; t < 12; t++)
+      ids[u][t] = g_rand_int_range (rand, 0, MIN (c->vocab_size, c->tokenizer_length));
+  for (int step = 0; step < n_frames && ok; step++)
+    {
+      for (int b = 0; b < 2 && ok; b++)
+        {
+          for (int u = 0, k = 0; u < 4; u++)
+            {
+              GepardStepInput in = {.sequence = seqs[b][k]};
+              if (step == 0)
+                {
+                  in.ids = ids[u];
+                  in.n_ids = 12;
+                  in.prefix = u == 1 ? prefix : NULL;
+                  in.n_prefix = u == 1 ? 8 : 0;
+                }
+              else
+                in.codes = fed[u];
+              inputs[k] = in;
+              if (u < 3)
+                {
+                  inputs[k].guided = TRUE;
+                  inputs[k].cfg_scale = scales[u];
+                  inputs[k + 1] = in;
+                  inputs[k + 1].sequence = seqs[b][k + 1];
+                  inputs[k + 1].unconditional = TRUE;
+                  if (step == 0)
+                    {
+                      inputs[k + 1].ids = empty;
+                      inputs[k + 1].n_ids = 3;
+                    }
+                  k++;
+                }
+              k++;
+            }
+          ok = backends[b]->funcs->step (backends[b], inputs, N_INPUTS, codes[b], stops[b], &error);
+        }
+      for (int u = 0; u < 4 && ok; u++)
+        {
+          int k = u < 3 ? 2 * u : 6;
+          const gint32 *cc = codes[0] + (gsize)k * nh, *gc = codes[1] + (gsize)k * nh;
+          int same = 0;
+          for (int i = 0; i < nh; i++)
+            same += cc[i] == gc[i];
+          heads += nh;
+          agreed += same;
+          frames++;
+          identical += same == nh;
+          memcpy (fed[u], cc, sizeof (gint32) * nh);
+        }
+    }
+  for (int b = 0; b < 2; b++)
+    for (int k = 0; k < N_INPUTS; k++)
+      if (seqs[b][k] != NULL)
+        backends[b]->funcs->sequence_free (backends[b], seqs[b][k]);
+  gepard_compute_free (cpu);
+  g_rand_free (rand);
+  if (!ok)
+    {
+      g_printerr ("gepard-cuda-check: %s\n", error->message);
+      return 1;
+    }
+  double agreement = heads ? (double)agreed / heads : 0;
+  gboolean pass = agreement >= CFG_MIN_AGREEMENT;
+  g_print ("text-CFG, greedy, CPU frames fed to both: %" G_GUINT64_FORMAT
+           " frames, %" G_GUINT64_FORMAT " identical, head argmax agree %.3f%%: %s (≥ %.0f%%)\n",
+           frames, identical, 100 * agreement, pass ? "PASS" : "FAIL", 100 * CFG_MIN_AGREEMENT);
+  return pass ? 0 : 1;
+}
+
 static int
 bench (Context *ctx, GArray *batches, GArray *contexts, int n_steps)
 {
@@ -775,18 +890,19 @@ main (int argc, char **argv)
       {NULL},
   };
   g_autoptr (GError) error = NULL;
-  g_autoptr (GOptionContext) options = g_option_context_new ("parity|bench|codec MODEL");
+  g_autoptr (GOptionContext) options = g_option_context_new ("parity|cfg|bench|codec MODEL");
   setlocale (LC_ALL, "");
   g_option_context_add_main_entries (options, entries, NULL);
   g_option_context_set_summary (options, "The CUDA backend against the CPU reference, and its "
                                          "decode step time. Exits 77 where no GPU can run it.");
   if (!g_option_context_parse (options, &argc, &argv, &error) || argc != 3
       || (g_strcmp0 (argv[1], "parity") != 0 && g_strcmp0 (argv[1], "bench") != 0
-          && g_strcmp0 (argv[1], "codec") != 0)
+          && g_strcmp0 (argv[1], "codec") != 0 && g_strcmp0 (argv[1], "cfg") != 0)
       || n_frames < 1 || n_steps < 1)
     {
       g_printerr ("gepard-cuda-check: %s\n",
-                  error ? error->message : "give parity, bench or codec and a model directory");
+                  error ? error->message
+                        : "give parity, cfg, bench or codec and a model directory");
       return 2;
     }
   gboolean is_bench = g_strcmp0 (argv[1], "bench") == 0;
@@ -847,7 +963,8 @@ main (int argc, char **argv)
   g_autoptr (GArray) pass_frames = parse_list (pass_frames_text ? pass_frames_text : "1");
   int status = is_codec   ? codec_check (gpu, codec, batches, pass_frames, n_frames, n_steps)
                : is_bench ? bench (&ctx, batches, contexts, n_steps)
-                          : parity (&ctx, batches, n_frames);
+               : g_strcmp0 (argv[1], "cfg") == 0 ? cfg_check (&ctx, n_frames)
+                                                 : parity (&ctx, batches, n_frames);
   gepard_compute_free (gpu);
   return status;
 }

@@ -6,8 +6,9 @@
 # kernels never used and used up to 8 rows (GEPARD_CUDA_GEMV_ROWS=0, 8), and B = 1, 2, 4, 8 with
 # each. `gpu-cuda-check.sh diag` instead runs the parity with the GEMMs summed without tensor
 # cores, and profiles a batch-1 decode with ncu.
-# `gpu-cuda-check.sh model DIR` runs the parity and the engine benchmark (LM and codec on the GPU)
-# on one model directory carried along, e.g. models/voice, instead of the random test models.
+# `gpu-cuda-check.sh model DIR` runs the parity, the text-CFG check and the engine benchmark (LM and
+# codec on the GPU) on one model directory, e.g. the default voice, instead of the random test
+# models.
 # `gpu-cuda-check.sh codec` checks the GPU's audio decoder against the CPU codec (tiny and
 # published codec shapes, plain fp32 sums and each GEMM of GEPARD_CODEC_GEMMS: the own TF32 kernel,
 # the own fp16 kernel, cuBLAS), runs compute-sanitizer over the fp16 kernel (the tools of
@@ -133,6 +134,9 @@ if [ "${1:-}" = model ]; then
   step "parity, $model"
   timeout 200 "$bin/tools/gepard-cuda-check" parity "$model" --batches 1,8 --frames 100
   echo "exit $?"
+  step "text-CFG, $model"
+  timeout 120 "$bin/tools/gepard-cuda-check" cfg "$model" --frames 100
+  echo "exit $?"
   step "codec, $model"
   timeout 200 "$bin/tools/gepard-cuda-check" codec "$model" --frames 12 --batches 1,64,256
   echo "exit $?"
@@ -237,6 +241,9 @@ fi
 step "tiny model"
 rm -rf "$models/tiny"
 timeout 60 "$bin/tools/gepard-make-test-model" -p tiny --codec none "$models/tiny" >/dev/null
+step "text-CFG, tiny"
+timeout 90 "$bin/tools/gepard-cuda-check" cfg "$models/tiny" --frames 50
+echo "exit $?"
 for rows in 0 8; do
   step "parity, tiny, GEPARD_CUDA_GEMV_ROWS=$rows"
   GEPARD_CUDA_GEMV_ROWS=$rows timeout 90 "$bin/tools/gepard-cuda-check" parity "$models/tiny" \
