@@ -1031,7 +1031,7 @@ gepard_engine_submit (GepardEngine *engine, const gint32 *text_ids, int n_ids, c
   if (sampling->cfg_scale != 1.0f && !engine->compute->text_cfg)
     {
       g_set_error (error, GEPARD_ENGINE_ERROR, GEPARD_ENGINE_ERROR_UNSUPPORTED,
-                   "Text CFG (cfg_scale %g) does not run on %s yet; use the CPU, or cfg_scale 1",
+                   "Text CFG (cfg_scale %g) does not run on %s; use cfg_scale 1",
                    sampling->cfg_scale, engine->device.description);
       return NULL;
     }
