@@ -234,7 +234,8 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     assert "max_tokens 1500 → 3000" in capsys.readouterr().out
     last = json.loads((run / "train.log").read_text().splitlines()[-1])
     # validation: the CE with each utterance's own text and with another's (what the text is worth)
-    assert last["step"] == TRAIN_STEPS + 2 and np.isfinite([last["valid_ce"], last["valid_ce_other_text"]]).all()
+    assert last["step"] == TRAIN_STEPS + 2
+    assert np.isfinite([last["valid_ce"], last["valid_ce_other_text"], last["valid_ce_empty_text"]]).all()
     state = json.loads((run / lm.CHECKPOINT / "state.json").read_text())
     assert state["step"] == TRAIN_STEPS + 2
     assert (state["train"]["max_tokens"], state["train"]["max_batch"], state["train"]["lr"]) == (3000, 8, 1e-3)

@@ -1082,12 +1082,15 @@ def cmd_train(args):
     position = {id(u): j for j, u in enumerate(utterances)}
 
     def validate():
-        """(loss, CE, stop BCE, CE with each utterance given another's text): the gap between the
-        two CEs is what the text is worth to the model, near 0 until it has learned to follow it."""
+        """(loss, CE, stop BCE, CE with each utterance given another's text, CE with the empty
+        text): the gap between the first two CEs is what the text is worth to the model, near 0
+        until it has learned to follow it; the last is text-CFG's unconditional branch (with
+        --text-dropout only, else None)."""
         model.eval()
         rng = random.Random(hp["seed"])
         total, ce_sum, stop_sum, n = 0.0, 0.0, 0.0, 0
-        other_sum, n_other = 0.0, 0
+        other_sum, n_other, empty_sum = 0.0, 0, 0.0
+        empty_ids = text_layout([], special)
         with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             for indices in valid_batches:
                 examples = []
@@ -1106,10 +1109,16 @@ def cmd_train(args):
                     r = batch_loss(model, to_device(collate(swapped, COMPRESSOR_QUERIES), device),
                                    1.0, hp["stop_pos_weight"])
                     other_sum, n_other = other_sum + float(r["ce"]), n_other + 1
+                if hp["text_dropout"] > 0:
+                    unread = [(u.unread(empty_ids), mode, ref) for u, mode, ref in examples]
+                    r = batch_loss(model, to_device(collate(unread, COMPRESSOR_QUERIES), device),
+                                   1.0, hp["stop_pos_weight"])
+                    empty_sum += float(r["ce"])
         model.train()
         if not n:
             return None
-        return total / n, ce_sum / n, stop_sum / n, (other_sum / n_other if n_other else None)
+        return (total / n, ce_sum / n, stop_sum / n, (other_sum / n_other if n_other else None),
+                (empty_sum / n if hp["text_dropout"] > 0 else None))
 
     log_path = run_dir / "train.log"
     last_save, saved_step = time.time(), (step if restored is not None else None)
@@ -1192,6 +1201,8 @@ def cmd_train(args):
             if args.eval_every and step % args.eval_every == 0 and valid_batches:
                 v = validate()
                 record.update(valid_loss=v[0], valid_ce=v[1], valid_stop=v[2], valid_ce_other_text=v[3])
+                if v[4] is not None:
+                    record.update(valid_ce_empty_text=v[4])
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()),
                   flush=True)
             with open(log_path, "a", encoding="utf-8") as f:
