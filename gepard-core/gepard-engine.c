@@ -72,6 +72,7 @@ struct _GepardEngine
   GHashTable *voices; /* id → GepardVoice* */
 
   char *fault_text; /* GEPARD_FAULT_FAIL_STREAM_TEXT, or NULL */
+  float cfg_scale;  /* gepard_engine_get_cfg_scale */
 };
 
 /* ---- utterances ---- */
@@ -689,6 +690,29 @@ gepard_engine_options_init (GepardEngineOptions *options)
   options->decode_lead = lead != NULL ? MAX (1, (int)g_ascii_strtoll (lead, NULL, 10)) : 8;
 }
 
+/* The model's "gepard.cfg_scale" in *scale, or 1 where it names none; FALSE where it names one
+ * that is no scale. */
+static gboolean
+model_cfg_scale (const GepardCheckpoint *checkpoint, float *scale, GError **error)
+{
+  const char *text = gepard_checkpoint_get_metadata (checkpoint, "gepard.cfg_scale");
+  *scale = 1.0f;
+  if (text == NULL)
+    return TRUE;
+  char *end = NULL;
+  double value = g_ascii_strtod (text, &end);
+  if (end == text || *end != '\0' || !isfinite (value) || value < 0 || value > 100)
+    {
+      g_set_error (error, GEPARD_FORMAT_ERROR, GEPARD_FORMAT_ERROR_CORRUPT,
+                   "The model in %s names a text-CFG scale of \"%s\" (metadata "
+                   "gepard.cfg_scale in model.safetensors): not a number from 0 to 100",
+                   gepard_checkpoint_get_dir (checkpoint), text);
+      return FALSE;
+    }
+  *scale = (float)value;
+  return TRUE;
+}
+
 /* The backend for `info`'s device. A GPU that cannot take the model falls back to the CPU when
  * the device was "auto" (saying why in `fallback`), and fails when it was asked for by name. */
 static GepardCompute *
@@ -731,7 +755,8 @@ gepard_engine_new (const char *model, const char *device, const GepardEngineOpti
     return NULL;
 
   g_autoptr (GepardCheckpoint) checkpoint = gepard_checkpoint_open (model, error);
-  if (checkpoint == NULL)
+  float cfg_scale;
+  if (checkpoint == NULL || !model_cfg_scale (checkpoint, &cfg_scale, error))
     {
       gepard_device_info_clear (&info);
       return NULL;
@@ -773,6 +798,7 @@ gepard_engine_new (const char *model, const char *device, const GepardEngineOpti
   if (codec == NULL)
     engine->options.decode_alongside = 0;
   engine->options.decode_lead = MAX (1, engine->options.decode_lead);
+  engine->cfg_scale = cfg_scale;
   engine->checkpoint = g_steal_pointer (&checkpoint);
   engine->model = lm;
   engine->codec = codec;
@@ -976,6 +1002,12 @@ gboolean
 gepard_engine_is_test_model (const GepardEngine *engine)
 {
   return gepard_checkpoint_get_metadata (engine->checkpoint, "gepard.test_model") != NULL;
+}
+
+float
+gepard_engine_get_cfg_scale (const GepardEngine *engine)
+{
+  return engine->cfg_scale;
 }
 
 void

@@ -87,6 +87,12 @@ const GepardDeviceInfo *gepard_engine_get_device (const GepardEngine *engine);
 const char *gepard_engine_get_device_description (const GepardEngine *engine);
 /* TRUE for untrained models written by gepard-make-test-model */
 gboolean gepard_engine_is_test_model (const GepardEngine *engine);
+/* The text-CFG scale (gepard-model.md §3.4) the model is meant to be spoken with: its
+ * model.safetensors metadata "gepard.cfg_scale" (written by tools/voice/lm.py export for a model
+ * trained with the empty text), else 1, off, as for the published GEPARD models; a model naming
+ * one that is no number from 0 to 100 does not load (GEPARD_FORMAT_ERROR_CORRUPT). Callers use it
+ * where their user asks for no scale of their own. */
+float gepard_engine_get_cfg_scale (const GepardEngine *engine);
 
 typedef struct
 {

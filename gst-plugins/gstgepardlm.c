@@ -48,7 +48,7 @@ GST_DEBUG_CATEGORY_STATIC (gst_gepard_lm_debug);
 #define DEFAULT_VOICE "default"
 #define DEFAULT_TEMPERATURE -1.0
 #define DEFAULT_TOP_K 0
-#define DEFAULT_CFG_SCALE 1.0
+#define DEFAULT_CFG_SCALE -1.0
 #define DEFAULT_MAX_FRAMES 2000
 #define DEFAULT_FRAMES_PER_BUFFER 1
 #define DEFAULT_SEED 0
@@ -393,7 +393,9 @@ gst_gepard_lm_generate (GstGepardLm *self, const GArray *ids)
   if (self->temperature >= 0)
     sampling.temperature = (float)self->temperature;
   sampling.top_k = self->top_k;
-  sampling.cfg_scale = (float)self->cfg_scale;
+  /* a negative scale keeps the one the model asks for (1, off, unless it names one) */
+  sampling.cfg_scale
+      = self->cfg_scale >= 0 ? (float)self->cfg_scale : gepard_engine_get_cfg_scale (self->engine);
   sampling.max_frames = self->max_frames;
   sampling.ignore_stop = self->ignore_stop;
   /* seed + sentence index: every sentence of a turn differs, and a turn replays exactly */
@@ -881,8 +883,9 @@ gst_gepard_lm_class_init (GstGepardLmClass *klass)
                            "Text classifier-free guidance (gepard-model.md §3.4): 1 is off; above "
                            "1 each frame leans further toward the text, away from what the model "
                            "says without it (a second branch runs beside each sentence, about "
-                           "twice the work). Applies from the next sentence.",
-                           0.0, 10.0, DEFAULT_CFG_SCALE,
+                           "twice the work); negative keeps the scale the model asks for (off "
+                           "unless it names one). Applies from the next sentence.",
+                           -1.0, 10.0, DEFAULT_CFG_SCALE,
                            G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (
       gobject_class, PROP_MAX_FRAMES,

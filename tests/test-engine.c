@@ -333,6 +333,29 @@ test_cfg_equals_reference (void)
   g_assert_cmpint (identical, >=, N / 2);
 }
 
+/* The scale a model asks for: its metadata gepard.cfg_scale, else 1; a model naming one that is no
+ * scale does not load. */
+static void
+test_model_cfg_scale (void)
+{
+  g_autoptr (GError) error = NULL;
+  g_autoptr (GepardEngine) plain = gepard_engine_new (model_dir, "cpu", NULL, &error);
+  g_assert_no_error (error);
+  g_assert_cmpfloat (gepard_engine_get_cfg_scale (plain), ==, 1.0f);
+
+  g_autofree char *named = g_build_filename (work_dir, "tiny-cfg", NULL);
+  gepard_test_make_model ("--preset tiny --seed 21 --codec none --cfg-scale 1.75", named);
+  g_autoptr (GepardEngine) engine = gepard_engine_new (named, "cpu", NULL, &error);
+  g_assert_no_error (error);
+  g_assert_cmpfloat (gepard_engine_get_cfg_scale (engine), ==, 1.75f);
+
+  g_autofree char *bad = g_build_filename (work_dir, "tiny-bad-cfg", NULL);
+  gepard_test_make_model ("--preset tiny --seed 21 --codec none --cfg-scale lots", bad);
+  g_assert_null (gepard_engine_new (bad, "cpu", NULL, &error));
+  g_assert_error (error, GEPARD_FORMAT_ERROR, GEPARD_FORMAT_ERROR_CORRUPT);
+  g_assert_nonnull (strstr (error->message, "\"lots\""));
+}
+
 static void
 test_cancel (void)
 {
@@ -737,6 +760,7 @@ main (int argc, char **argv)
   g_test_add_func ("/engine/single-equals-reference", test_single_equals_reference);
   g_test_add_func ("/engine/batched-equals-reference", test_batched_equals_reference);
   g_test_add_func ("/engine/cfg-equals-reference", test_cfg_equals_reference);
+  g_test_add_func ("/engine/model-cfg-scale", test_model_cfg_scale);
   g_test_add_func ("/engine/cancel", test_cancel);
   g_test_add_func ("/engine/utterances-keep-engine", test_utterances_keep_engine);
   g_test_add_func ("/engine/bad-requests", test_bad_requests);

@@ -365,6 +365,8 @@ bench_engine (const char *path, const char *device, const char *concurrency, int
   gepard_sampling_init_default (&sampling);
   sampling.max_frames = n_frames;
   sampling.ignore_stop = TRUE;
+  /* the model's operating point: with text-CFG each utterance runs two sequences */
+  sampling.cfg_scale = gepard_engine_get_cfg_scale (engine);
   const GepardUtteranceCallbacks callbacks = {bench_on_frame, bench_on_done};
   double audio_s = n_frames / c->frame_rate_hz;
 

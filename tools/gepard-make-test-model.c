@@ -537,7 +537,8 @@ default_tokenizer (void)
 
 static gboolean
 write_model (const char *dir, const Preset *p, int n_layers, GepardDType dtype, guint64 seed,
-             guint n_shards, const char *tokenizer_path, const char *codec_format, GError **error)
+             guint n_shards, const char *tokenizer_path, const char *codec_format,
+             const char *cfg_scale, GError **error)
 {
   if (g_mkdir_with_parents (dir, 0755) != 0)
     {
@@ -580,6 +581,8 @@ write_model (const char *dir, const Preset *p, int n_layers, GepardDType dtype, 
       gepard_safetensors_writer_set_metadata (w.shards[i], "format", "pt");
       gepard_safetensors_writer_set_metadata (w.shards[i], "gepard.test_model", p->name);
       gepard_safetensors_writer_set_metadata (w.shards[i], "gepard.seed", seed_text);
+      if (cfg_scale != NULL)
+        gepard_safetensors_writer_set_metadata (w.shards[i], "gepard.cfg_scale", cfg_scale);
     }
   add_model_tensors (&w, p, vocab_size, n_layers);
 
@@ -648,7 +651,7 @@ int
 main (int argc, char **argv)
 {
   g_autofree char *preset_name = NULL, *dtype_name = NULL, *codec = NULL, *format = NULL;
-  g_autofree char *tokenizer = NULL;
+  g_autofree char *tokenizer = NULL, *cfg_scale = NULL;
   gint64 seed = 1;
   int layers = 0, shards = 1;
   gboolean codec_only = FALSE;
@@ -658,6 +661,8 @@ main (int argc, char **argv)
       {"preset", 'p', 0, G_OPTION_ARG_STRING, &preset_name,
        "Model shape: tiny or gepard-1.0 (codec alone: tiny or nanocodec-22khz)", "NAME"},
       {"seed", 's', 0, G_OPTION_ARG_INT64, &seed, "Random seed of the weights (default 1)", "N"},
+      {"cfg-scale", 0, 0, G_OPTION_ARG_STRING, &cfg_scale,
+       "The text-CFG scale the model asks for (metadata gepard.cfg_scale; default none)", "W"},
       {"dtype", 0, 0, G_OPTION_ARG_STRING, &dtype_name, "Weight type: bf16 (default) or f32",
        "TYPE"},
       {"layers", 0, 0, G_OPTION_ARG_INT, &layers, "Number of layers instead of the preset's", "N"},
@@ -738,7 +743,7 @@ main (int argc, char **argv)
   g_autofree char *tokenizer_path = tokenizer ? g_strdup (tokenizer) : default_tokenizer ();
 
   if (!write_model (rest[0], p, layers > 0 ? layers : p->n_layers, dtype, (guint64)seed,
-                    (guint)shards, tokenizer_path, codec ? codec : "nemo", &error))
+                    (guint)shards, tokenizer_path, codec ? codec : "nemo", cfg_scale, &error))
     {
       g_printerr ("gepard-make-test-model: %s\n", error->message);
       return 1;

@@ -17,6 +17,7 @@
 
 static char *work_dir;
 static char *model_dir;
+static char *cfg_model_dir; /* the same weights, asking for text-CFG at 2 */
 
 /* the FSQ levels of the channels of a frame (gepard-model.md §3.6) */
 static const int levels[4] = {8, 7, 6, 6};
@@ -198,11 +199,12 @@ GST_START_TEST (test_seed_determinism)
 }
 GST_END_TEST;
 
-/* The greedy frames of turn[0] at text-CFG scale `cfg_scale`. */
+/* The greedy frames of turn[0] from `model` at text-CFG scale `cfg_scale`. */
 static GArray *
-greedy_frames (double cfg_scale)
+greedy_frames (const char *model, double cfg_scale)
 {
-  GstHarness *h = lm_harness ("temperature", 0.0, "cfg-scale", cfg_scale, "max-frames", 25, NULL);
+  GstHarness *h = lm_harness ("model", model, "temperature", 0.0, "cfg-scale", cfg_scale,
+                              "max-frames", 25, NULL);
   GArray *codes = g_array_new (FALSE, FALSE, sizeof (gint32));
   guint64 next = 0;
   fail_unless_equals_int (gst_harness_push (h, text_buffer (turn[0])), GST_FLOW_OK);
@@ -211,15 +213,29 @@ greedy_frames (double cfg_scale)
   return codes;
 }
 
+static gboolean
+same_frames (const GArray *a, const GArray *b)
+{
+  return a->len == b->len && memcmp (a->data, b->data, a->len * 4) == 0;
+}
+
 GST_START_TEST (test_cfg_scale)
 {
-  g_autoptr (GArray) plain = greedy_frames (1.0);
-  g_autoptr (GArray) again = greedy_frames (1.0);
-  g_autoptr (GArray) guided = greedy_frames (2.0);
-  fail_unless (plain->len == again->len && memcmp (plain->data, again->data, plain->len * 4) == 0);
+  g_autoptr (GArray) plain = greedy_frames (model_dir, 1.0);
+  g_autoptr (GArray) unset = greedy_frames (model_dir, -1.0);
+  g_autoptr (GArray) guided = greedy_frames (model_dir, 2.0);
   /* the scale reaches the engine: the text-free branch moves the frames */
-  fail_unless (plain->len != guided->len
-               || memcmp (plain->data, guided->data, plain->len * 4) != 0);
+  fail_unless (!same_frames (plain, guided));
+  /* a model that names no scale is spoken without CFG */
+  fail_unless (same_frames (plain, unset));
+
+  /* one that names a scale (model.safetensors metadata gepard.cfg_scale) is spoken with it
+   * unless the property says otherwise */
+  g_autoptr (GArray) named = greedy_frames (cfg_model_dir, -1.0);
+  g_autoptr (GArray) named_explicit = greedy_frames (cfg_model_dir, 2.0);
+  g_autoptr (GArray) named_off = greedy_frames (cfg_model_dir, 1.0);
+  fail_unless (same_frames (named, named_explicit));
+  fail_unless (same_frames (named_off, plain));
 }
 GST_END_TEST;
 
@@ -637,6 +653,8 @@ main (int argc, char **argv)
   work_dir = g_dir_make_tmp ("gepardlm-XXXXXX", NULL);
   model_dir = g_build_filename (work_dir, "tiny", NULL);
   gepard_test_make_model ("--preset tiny --seed 7 --codec none", model_dir);
+  cfg_model_dir = g_build_filename (work_dir, "tiny-cfg", NULL);
+  gepard_test_make_model ("--preset tiny --seed 7 --codec none --cfg-scale 2", cfg_model_dir);
 
   int failed = gst_check_run_suite (gepardlm_suite (), "gepardlm", __FILE__);
 

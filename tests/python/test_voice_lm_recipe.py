@@ -552,6 +552,19 @@ def test_export_layout(exported):
     assert list(gepard["audio_heads"].values()) == LEVELS
 
 
+def test_export_names_its_cfg_scale(run_dir, tmp_path):
+    """export --cfg-scale W writes the scale the engine speaks the model with (safetensors
+    metadata gepard.cfg_scale), and only then."""
+    def metadata(path):
+        with open(path / "model.safetensors", "rb") as f:
+            return json.loads(f.read(int.from_bytes(f.read(8), "little")))["__metadata__"]
+
+    assert lm.main(["export", str(run_dir), str(tmp_path / "plain")]) == 0
+    assert lm.main(["export", str(run_dir), str(tmp_path / "guided"), "--cfg-scale", "1.5"]) == 0
+    assert "gepard.cfg_scale" not in metadata(tmp_path / "plain")
+    assert metadata(tmp_path / "guided")["gepard.cfg_scale"] == "1.5"
+
+
 def test_export_loads_in_c(exported):
     _need(INSPECT)
     r = _run([INSPECT, "model", exported, "--text", SENTENCES[0]])

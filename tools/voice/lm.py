@@ -1232,8 +1232,10 @@ def cmd_train(args):
 
 # ---- export --------------------------------------------------------------------------------------
 
-def export_checkpoint(run_dir, out_dir):
-    """RUN/checkpoint → a published-layout checkpoint directory (§2.4), weights in bf16."""
+def export_checkpoint(run_dir, out_dir, cfg_scale=1.0):
+    """RUN/checkpoint → a published-layout checkpoint directory (§2.4), weights in bf16. A
+    cfg_scale other than 1 is written as model.safetensors metadata "gepard.cfg_scale": the
+    text-CFG scale (§3.4) the engine speaks the model with unless told otherwise."""
     from safetensors.torch import save_file
 
     restored = read_checkpoint(run_dir)
@@ -1247,7 +1249,10 @@ def export_checkpoint(run_dir, out_dir):
 
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    metadata = {"format": "pt"}
+    if cfg_scale != 1.0:
+        metadata["gepard.cfg_scale"] = f"{cfg_scale:g}"
+    save_file(weights, str(out / "model.safetensors"), metadata=metadata)
     os.chmod(out / "model.safetensors", 0o644)
     backbone = spec["backbone"]
     with open(out / "config.json", "w", encoding="utf-8") as f:
@@ -1271,7 +1276,7 @@ def export_checkpoint(run_dir, out_dir):
 
 
 def cmd_export(args):
-    export_checkpoint(args.run, args.out_dir)
+    export_checkpoint(args.run, args.out_dir, args.cfg_scale)
     return 0
 
 
@@ -1622,6 +1627,9 @@ def main(argv=None):
     e = sub.add_parser("export", help="write a published-layout checkpoint directory")
     e.add_argument("run", help="run directory")
     e.add_argument("out_dir")
+    e.add_argument("--cfg-scale", type=float, default=1.0,
+                   help="the text-CFG scale the engine is to speak the model with (model.safetensors "
+                        "metadata gepard.cfg_scale; default 1: off, none written)")
 
     m = sub.add_parser("slim", help="copy a run with its checkpoint's weights only (resumable, a third the size)")
     m.add_argument("run", help="run directory")
