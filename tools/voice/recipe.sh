@@ -31,9 +31,11 @@
 # Lengths are planned in minutes of training time on the machine at hand (the learning-rate
 # schedules run over them): CODEC_MINUTES (18) in all for the codec, of which the first
 # CODEC_ENCODER_MINUTES (6) train the encoder too, and LM_MINUTES (12). Also: CODEC_ARGS, LM_ARGS
-# (extra options), LM_BATCH (the LM's batch options, default "--max-tokens 96000 --max-batch 384":
-# on a GPU the small LM is bound by the host's work per step, an H200 ~10 % busy at lm.py's own
-# defaults), SPEECH_LIMIT (synthesize only that many train sentences: for a quick trial).
+# (the LM's options, after LM_DEFAULTS, default "--lr 2e-3 --warmup 300 --own-frames 0.4
+# --text-dropout 0.15": 40 % of the frames it reads are its own predictions, and 15 % of the
+# examples read the empty text, for text-CFG; a later option wins), LM_BATCH (the LM's batch
+# options, default "--max-tokens 96000 --max-batch 384": on a GPU the small LM is bound by the
+# host's work per step, an H200 ~10 % busy at lm.py's own defaults), SPEECH_LIMIT (synthesize only that many train sentences: for a quick trial).
 # espeak-ng, the fortunes and the dictionary come from tools/voice/espeak-prefix.sh where the host
 # lacks them. CORPUS_ARGS: corpus.py's options (default "--size 90000 --word-lists 30000": 14200
 # fortunes, 45800 generated, 30000 word lists. On corpus.py's own 30000 sentences an LM of 15
@@ -104,10 +106,11 @@ codec_train() {
     --minutes "$codec_minutes" --freeze-encoder-after "$encoder_minutes" ${CODEC_ARGS:-} "$@"
 }
 lm_batch=${LM_BATCH-"--max-tokens 96000 --max-batch 384"}
+lm_defaults=${LM_DEFAULTS-"--lr 2e-3 --warmup 300 --own-frames 0.4 --text-dropout 0.15"}
 lm_train() {
   # shellcheck disable=SC2086
   python3 tools/voice/lm.py train --data "$work/data/codes.pt" --run "$run/lm" --tokenizer "$run/tokenizer.json" \
-    --resume --minutes "$lm_minutes" $lm_batch ${LM_ARGS:-} "$@"
+    --resume --minutes "$lm_minutes" $lm_batch $lm_defaults ${LM_ARGS:-} "$@"
 }
 
 if ! codec_reached "$encoder_minutes"; then
