@@ -111,6 +111,30 @@ text_for (int i, gint32 *text, int *n)
     text[k] = 20 + (i * 31 + k * 7) % 200;
 }
 
+/* One utterance of text_for (`i`) alone in the engine: exactly the reference loop's frames, which
+ * are returned. */
+static GArray *
+alone_equals_reference (GepardEngine *engine, int i, const GepardSampling *sampling)
+{
+  g_autoptr (GError) error = NULL;
+  gint32 text[16];
+  int n;
+  text_for (i, text, &n);
+
+  Record *r = record_new (0);
+  g_autoptr (GepardUtterance) u
+      = gepard_engine_submit (engine, text, n, NULL, 0, sampling, &callbacks, r, NULL, &error);
+  g_assert_no_error (error);
+  record_wait (r);
+  GArray *expected = reference_frames (engine, text, n, sampling);
+  g_assert_cmpint (r->ended, ==, 1);
+  g_assert_cmpint (r->n_frames * 32, ==, r->frames->len);
+  g_assert_cmpmem (r->frames->data, r->frames->len * 4, expected->data, expected->len * 4);
+  g_assert_true (r->end == GEPARD_UTTERANCE_STOPPED || r->end == GEPARD_UTTERANCE_MAX_FRAMES);
+  record_free (r);
+  return expected;
+}
+
 static void
 test_single_equals_reference (void)
 {
@@ -121,21 +145,7 @@ test_single_equals_reference (void)
   gepard_sampling_init_default (&sampling);
   sampling.seed = 99;
   sampling.max_frames = 300;
-  gint32 text[16];
-  int n;
-  text_for (1, text, &n);
-
-  Record *r = record_new (0);
-  g_autoptr (GepardUtterance) u
-      = gepard_engine_submit (engine, text, n, NULL, 0, &sampling, &callbacks, r, NULL, &error);
-  g_assert_no_error (error);
-  record_wait (r);
-  g_autoptr (GArray) expected = reference_frames (engine, text, n, &sampling);
-  g_assert_cmpint (r->ended, ==, 1);
-  g_assert_cmpint (r->n_frames * 32, ==, r->frames->len);
-  g_assert_cmpmem (r->frames->data, r->frames->len * 4, expected->data, expected->len * 4);
-  g_assert_true (r->end == GEPARD_UTTERANCE_STOPPED || r->end == GEPARD_UTTERANCE_MAX_FRAMES);
-  record_free (r);
+  g_autoptr (GArray) frames = alone_equals_reference (engine, 1, &sampling);
 }
 
 /* The heads' logits of the reference loop over `ids` at frame `k` after forcing `frames` [k, 32].
@@ -285,20 +295,12 @@ test_cfg_equals_reference (void)
   gint32 text[16];
   int n;
   text_for (2, text, &n);
-
-  Record *r = record_new (0);
-  g_autoptr (GepardUtterance) alone
-      = gepard_engine_submit (engine, text, n, NULL, 0, &sampling, &callbacks, r, NULL, &error);
-  g_assert_no_error (error);
-  record_wait (r);
-  g_autoptr (GArray) expected = reference_frames (engine, text, n, &sampling);
-  g_assert_cmpmem (r->frames->data, r->frames->len * 4, expected->data, expected->len * 4);
+  g_autoptr (GArray) expected = alone_equals_reference (engine, 2, &sampling);
   /* and CFG changed them */
   sampling.cfg_scale = 1.0f;
   g_autoptr (GArray) plain = reference_frames (engine, text, n, &sampling);
   g_assert_false (plain->len == expected->len
                   && memcmp (plain->data, expected->data, plain->len * 4) == 0);
-  record_free (r);
 
   enum
   {
