@@ -6,7 +6,8 @@ snapshot of slimmed LM runs in OUT's parts. `gpu-recipe.sh unpack` puts the snap
 and the main LM's run where the next start is seeded from; the slimmed run exports to a checkpoint
 directory the C engine loads, and a second start resumes the LM at the step the first one reached
 (as after a lost machine) and trains it on. A second start while a recipe runs is refused, and
-following on a machine where none was started (a fresh one) says so at once.
+following on a machine where none was started (a fresh one) says so at once. A variant named in
+GPU_RECIPE_FORKS starts from the main LM's run and trains on beside it.
 
 Needs espeak-ng (scripts/lib.sh installs it), models/voice/codec.nemo and gepard-inspect from
 $GEPARD_BUILD_DIR/tools (default <repo>/build).
@@ -95,11 +96,13 @@ def test_recipe_snapshot_exports_and_resumes(toy):
         shown = subprocess.run([str(INSPECT), "model", str(model)], capture_output=True, text=True, timeout=120)
         assert shown.returncode == 0, shown.stderr
 
-    # a fresh start seeded with the unpacked snapshot resumes the LM where it was and trains on
-    env = dict(env, LM_MINUTES="0.3")
+    # a fresh start seeded with the unpacked snapshot resumes the LM where it was and trains on, a
+    # variant forked from it beside it with an option of its own
+    env = dict(env, LM_MINUTES="0.3", LM_VARIANTS="blank:--frame-blank 0.2", GPU_RECIPE_FORKS="blank")
     second = gpu_recipe(env, root / "out2", "start", "6", "1")
     assert second.returncode == 0, second.stderr
     assert f"gpu-recipe: resuming lm at step {reached}" in second.stdout
+    assert f"gpu-recipe: blank starts from lm at step {reached}" in second.stdout
     refused = gpu_recipe(env, root / "out3", "start", "6", "1")
     assert refused.returncode != 0
     assert "a recipe is running already" in refused.stderr
@@ -114,6 +117,10 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert gpu_recipe(env, root / "out2", "unpack", str(root / "out2")).returncode == 0
     assert step_of(snap / "lm") > reached
     assert step_of(root / "seed" / "lm") == step_of(snap / "lm")
+    assert step_of(snap / "lm-blank") > reached
+    hp = json.loads((snap / "lm-blank" / "checkpoint" / "state.json").read_text())["train"]
+    assert (hp["frame_blank"], hp["text_dropout"]) == (0.2, 0.15)
+    assert not (root / "seed" / "lm-blank").exists()
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
 
 

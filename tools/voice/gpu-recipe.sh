@@ -22,7 +22,10 @@
 # `start` seeds RUN with models/voice/codec.nemo (the codec's stages are skipped) and with the LM
 # runs there, which the recipe resumes (the data are made again). An LM so trains on from one
 # machine to the next, and from one day to the next once models/voice-training is committed (give
-# LM_MINUTES as the run's minutes in all). Each LM is exported here from its slimmed run:
+# LM_MINUTES as the run's minutes in all). GPU_RECIPE_FORKS="NAME …" names variants of LM_VARIANTS
+# that, where the seed holds no run of their own, start as copies of the main LM's run: each trains
+# on from the same step and weights with its own options (--frame-blank 0.2, say), so one call
+# compares them with the main LM at equal training. Each LM is exported here from its slimmed run:
 # python3 tools/voice/lm.py export device-prefix/voice-run/lm MODEL_DIR. The recipe's own settings
 # (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass through the environment of `start`. Also:
 # GPU_RECIPE_RUN (RUN, default /tmp/voice-run), VOICE_WORK (the data, default /tmp/voice), OUT
@@ -68,6 +71,16 @@ start() {
     echo "gpu-recipe: resuming $(basename "$d") at step $(step_of "$d")"
   done
   [ -s "$run/lm/tokenizer.json" ] && cp "$run/lm/tokenizer.json" "$run/tokenizer.json"
+  local name
+  for name in ${GPU_RECIPE_FORKS:-}; do
+    [ -d "$run/lm-$name" ] && continue
+    if [ ! -f "$run/lm/checkpoint/state.json" ]; then
+      echo "gpu-recipe: GPU_RECIPE_FORKS names $name, but there is no main LM run to start it from" >&2
+      return 1
+    fi
+    cp -r "$run/lm" "$run/lm-$name" || return 1
+    echo "gpu-recipe: $name starts from lm at step $(step_of "$run/lm")"
+  done
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   # checkpoints often enough that a lost machine costs little (a later --save-every in LM_ARGS wins)
   export LM_ARGS="--save-every 3 ${LM_ARGS:-}"
