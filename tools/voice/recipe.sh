@@ -106,6 +106,10 @@ codec_train() {
     --minutes "$codec_minutes" --freeze-encoder-after "$encoder_minutes" ${CODEC_ARGS:-} "$@"
 }
 lm_batch=${LM_BATCH-"--max-tokens 96000 --max-batch 384"}
+# the LMs' batches change shape from step to step and several LMs may share one GPU: memory grown
+# in segments serves every shape, where blocks cached per shape add up (an LM at 96000 tokens needs
+# ~19 GB and was seen holding 30 GB)
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 lm_defaults=${LM_DEFAULTS-"--lr 2e-3 --warmup 300 --own-frames 0.4 --text-dropout 0.15"}
 lm_train() {
   # shellcheck disable=SC2086
