@@ -101,13 +101,13 @@ progress() {
 }
 
 snapshot() {
-  local snap=$run.snapshot d name tries runs
+  local snap=$run.snapshot d name runs
   rm -rf "$snap" && mkdir -p "$snap/logs" "$out" || return 1
   mapfile -t runs < <(lm_runs "$run")
   for d in "${runs[@]}"; do
     name=$(basename "$d")
     # a checkpoint being replaced is gone for an instant: try again
-    for tries in 1 2 3; do
+    for _ in 1 2 3; do
       python3 tools/voice/lm.py slim "$d" "$snap/$name" >/dev/null && break
       rm -rf "${snap:?}/$name"
       sleep 2
