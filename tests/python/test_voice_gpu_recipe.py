@@ -106,6 +106,11 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     refused = gpu_recipe(env, root / "out3", "start", "6", "1")
     assert refused.returncode != 0
     assert "a recipe is running already" in refused.stderr
+    refused = gpu_recipe(dict(env, GPU_RECIPE_RUN=str(root / "unforked"), GPU_RECIPE_FORKS="wide"), root / "out3",
+                         "start", "6", "1")
+    assert refused.returncode != 0
+    assert "GPU_RECIPE_FORKS names wide, which LM_VARIANTS does not" in refused.stderr
+    assert not (root / "unforked").exists()
     deadline = time.time() + 600
     while True:
         followed = gpu_recipe(env, root / "out2", "follow", "60")

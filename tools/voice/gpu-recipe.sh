@@ -62,6 +62,16 @@ start() {
     echo "gpu-recipe: a recipe is running already (pid $(cat "$run.pid")); follow it" >&2
     return 1
   fi
+  local name
+  for name in ${GPU_RECIPE_FORKS:-}; do
+    case ";${LM_VARIANTS:-};" in
+      *";$name:"*) ;;
+      *)
+        echo "gpu-recipe: GPU_RECIPE_FORKS names $name, which LM_VARIANTS does not" >&2
+        return 1
+        ;;
+    esac
+  done
   rm -rf "$run" "$ended" && mkdir -p "$run" "$out" || return 1
   cp models/voice/codec.nemo "$run/" || return 1
   local d runs
@@ -71,7 +81,6 @@ start() {
     echo "gpu-recipe: resuming $(basename "$d") at step $(step_of "$d")"
   done
   [ -s "$run/lm/tokenizer.json" ] && cp "$run/lm/tokenizer.json" "$run/tokenizer.json"
-  local name
   for name in ${GPU_RECIPE_FORKS:-}; do
     [ -d "$run/lm-$name" ] && continue
     if [ ! -f "$run/lm/checkpoint/state.json" ]; then
