@@ -82,7 +82,7 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert reached > 0
     # recipe.sh's own LM options reach the run, the test's (later) ones over them
     hp = json.loads((snap / "lm" / "checkpoint" / "state.json").read_text())["train"]
-    assert (hp["text_dropout"], hp["own_frames"], hp["warmup"]) == (0.15, 0.4, 2)
+    assert (hp["text_dropout"], hp["own_frames"], hp["frame_blank"], hp["warmup"]) == (0.15, 0.4, 0.3, 2)
     assert (snap / "lm" / "tokenizer.json").is_file()
     assert step_of(root / "seed" / "lm") == reached
 

@@ -32,8 +32,9 @@
 # schedules run over them): CODEC_MINUTES (18) in all for the codec, of which the first
 # CODEC_ENCODER_MINUTES (6) train the encoder too, and LM_MINUTES (12). Also: CODEC_ARGS, LM_ARGS
 # (the LM's options, after LM_DEFAULTS, default "--lr 2e-3 --warmup 300 --own-frames 0.4
-# --text-dropout 0.15": 40 % of the frames it reads are its own predictions, and 15 % of the
-# examples read the empty text, for text-CFG; a later option wins), LM_BATCH (the LM's batch
+# --frame-blank 0.3 --text-dropout 0.15": 40 % of the frames it reads are its own predictions, 30 %
+# are hidden from it, so that what they held must come from the text, and 15 % of the examples
+# read the empty text, for text-CFG; a later option wins), LM_BATCH (the LM's batch
 # options, default "--max-tokens 96000 --max-batch 384": on a GPU the small LM is bound by the
 # host's work per step, an H200 ~10 % busy at lm.py's own defaults), SPEECH_LIMIT (synthesize only that many train sentences: for a quick trial).
 # espeak-ng, the fortunes and the dictionary come from tools/voice/espeak-prefix.sh where the host
@@ -110,7 +111,7 @@ lm_batch=${LM_BATCH-"--max-tokens 96000 --max-batch 384"}
 # in segments serves every shape, where blocks cached per shape add up (an LM at 96000 tokens needs
 # ~19 GB and was seen holding 30 GB)
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
-lm_defaults=${LM_DEFAULTS-"--lr 2e-3 --warmup 300 --own-frames 0.4 --text-dropout 0.15"}
+lm_defaults=${LM_DEFAULTS-"--lr 2e-3 --warmup 300 --own-frames 0.4 --frame-blank 0.3 --text-dropout 0.15"}
 lm_train() {
   # shellcheck disable=SC2086
   python3 tools/voice/lm.py train --data "$work/data/codes.pt" --run "$run/lm" --tokenizer "$run/tokenizer.json" \
