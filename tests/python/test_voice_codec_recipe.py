@@ -122,8 +122,9 @@ def data_dir(tmp_path_factory):
     corpus_dir.mkdir()
     corpus.write_jsonl(corpus_dir / "train.jsonl", train)
     corpus.write_jsonl(corpus_dir / "heldout.jsonl", heldout)
-    rows = speech.synthesize_corpus(corpus_dir, root / "data", limit=20, jobs=2)
-    assert len(rows) >= 20
+    # enough sentences that every train speaker reads one beside the default speaker's share
+    rows = speech.synthesize_corpus(corpus_dir, root / "data", limit=34, jobs=2)
+    assert len(rows) >= 34
     return root / "data"
 
 
@@ -132,7 +133,7 @@ def test_speech_index_and_wavs(data_dir):
     speakers = {r["speaker"] for r in rows if r["split"] == "train"}
     assert len(speakers) == len(speech.TRAIN_SPEAKERS)
     per_speaker = [sum(1 for r in rows if r["speaker"] == s[0]) for s in speech.TRAIN_SPEAKERS]
-    assert per_speaker[0] == round(speech.DEFAULT_SPEAKER_SHARE * 20) == max(per_speaker)
+    assert per_speaker[0] == round(speech.DEFAULT_SPEAKER_SHARE * 34) == max(per_speaker)
     held = [r for r in rows if r["split"] == "heldout_speaker"]
     assert held and {r["speaker"] for r in held} == {speech.HELDOUT_SPEAKER[0]}
     assert not speakers & {speech.HELDOUT_SPEAKER[0]}

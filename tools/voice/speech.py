@@ -1,7 +1,7 @@
 """Speech for the default voice: the corpus read by espeak-ng in several voices.
 
 Each training sentence is read by one of the training speakers, assigned by a seeded shuffle: the
-first speaker, the default voice (espeak-ng en-us), reads 30 % of the sentences (--default-share),
+first speaker, the default voice (espeak-ng en-us+f2), reads 30 % of the sentences (--default-share),
 the others share the rest equally. One more speaker is held out of training: it reads the
 held-out sentences and a few train sentences, as references for a voice-cloning test and as
 unseen-speaker audio for the codec's evaluation. A speaker is an espeak-ng voice (+ variant) with
@@ -66,6 +66,22 @@ TRAIN_SPEAKERS = [
     ("us_f4", "en-us+f4", 62, 178),
     ("lancaster", "en-gb-x-gbclan", 48, 165),
     ("midlands_f3", "en-gb-x-gbcwmd+f3", 58, 168),
+    # more voices, so that cloning generalizes to one it never heard: every English accent with
+    # more of espeak-ng's variants (none of them f5, the held-out speaker's)
+    ("us_m1", "en-us+m1", 44, 165),
+    ("gb_f1", "en+f1", 60, 170),
+    ("rp_m2", "en-gb-x-rp+m2", 40, 168),
+    ("caribbean_f3", "en-029+f3", 58, 172),
+    ("scotland_f4", "en-gb-scotland+f4", 60, 160),
+    ("us_m4", "en-us+m4", 38, 180),
+    ("gb_m6", "en+m6", 46, 158),
+    ("midlands_m5", "en-gb-x-gbcwmd+m5", 42, 172),
+    ("us_klatt", "en-us+klatt", 50, 165),
+    ("gb_klatt3", "en+klatt3", 54, 170),
+    ("us_annie", "en-us+Annie", 64, 168),
+    ("gb_belinda", "en+belinda", 56, 162),
+    ("lancaster_f1", "en-gb-x-gbclan+f1", 62, 175),
+    ("nyc_m7", "en-us-nyc+m7", 48, 185),
 ]
 DEFAULT_SPEAKER_SHARE = 0.3  # of the train sentences, read by TRAIN_SPEAKERS[0], the default voice
 HELDOUT_SPEAKER = ("rp_f5", "en-gb-x-rp+f5", 60, 162)
