@@ -449,14 +449,15 @@ def test_batches_built_ahead_are_the_loops(data, tokenizer_json):
 
 def test_compiled_backbone_trains_the_same(data, tokenizer_json, tmp_path):
     """--compile (torch.compile of the backbone, in place) logs the eager run's losses and saves
-    the same tensor names."""
+    the same tensor names, also with recipe.sh's options (own frames: a forward pass without
+    gradients before each step; hidden frames; empty texts)."""
     logs = []
     for name, extra in (("eager", []), ("compiled", ["--compile"])):
         run = tmp_path / name
         assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--preset", "tiny",
                         "--tokenizer", str(tokenizer_json), "--steps", "3", "--max-tokens", "1500",
                         "--log-every", "1", "--eval-every", "0", "--threads", "1", "--device", "cpu",
-                        *extra]) == 0
+                        "--own-frames", "0.4", "--frame-blank", "0.3", "--text-dropout", "0.15", *extra]) == 0
         logs.append([json.loads(line) for line in (run / "train.log").read_text().splitlines()])
         names = sorted(lm.read_checkpoint(run)[1])
         assert not any("_orig_mod" in n for n in names)
