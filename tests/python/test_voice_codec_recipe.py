@@ -284,6 +284,33 @@ def test_decoder_trains_on_the_encoders_codes(data_dir, trained, tmp_path):
     assert all((moments[n] is None) == n.startswith("audio_encoder.") for n in params)
 
 
+def test_decoder_tuned_from_an_exported_codec(data_dir, trained, tmp_path):
+    """--init: a new run starts from an exported codec's weights and widths (step 0 is that codec),
+    then with the encoder frozen from the start tunes the decoder alone on the codes."""
+    _, ckpt = trained
+    nemo, codes = tmp_path / "codec.nemo", tmp_path / "codes.pt"
+    codec.main(["export", str(ckpt), str(nemo)])
+    codec.main(["encode", str(nemo), str(data_dir), "--out", str(codes), "--device", "cpu"])
+    start, tuned = tmp_path / "start.pt", tmp_path / "tuned.pt"
+    common = ["--init", str(nemo), "--freeze-encoder-after", "0", "--codes", str(codes), "--batch", "2",
+              "--min-frames", "6", "--max-frames", "6", "--lr", "1e-3", "--warmup", "2", "--device", "cpu"]
+    codec.main(["train", str(data_dir), "--ckpt", str(start), "--steps", "0"] + common)
+    codec.main(["train", str(data_dir), "--ckpt", str(tuned), "--resume", "--steps", "12"] + common)
+    exported = codec.load_codec(nemo).state_dict()
+    first = torch.load(start, map_location="cpu", weights_only=True)
+    after = torch.load(tuned, map_location="cpu", weights_only=True)
+    assert first["widths"] == after["widths"] == TINY
+    assert all(torch.equal(first["model"][k], v) for k, v in exported.items())
+    assert after["step"] == 12
+    names = list(exported)
+    assert all(torch.equal(after["model"][k], exported[k]) for k in names if k.startswith("audio_encoder."))
+    assert any(not torch.equal(after["model"][k], exported[k]) for k in names if k.startswith("audio_decoder."))
+    again = tmp_path / "again.pt"
+    codec.main(["encode", str(tuned), str(data_dir), "--out", str(again), "--device", "cpu"])
+    old, new = (torch.load(p, weights_only=False)["utterances"] for p in (codes, again))
+    assert all(torch.equal(a["codes"], b["codes"]) for a, b in zip(old, new))
+
+
 def run_tool(*args):
     if not os.access(CODEC_TOOL, os.X_OK):
         pytest.skip(f"{CODEC_TOOL} is not built")

@@ -33,14 +33,17 @@ Subcommands (DATA is the folder speech.py wrote DATA/speech/ into):
 
     python3 tools/voice/codec.py train DATA --ckpt CKPT [--resume] [--time-limit MIN] [--steps N]
         [--batch 32] [--lr 5e-4] [--decoder-channels 160] [--encoder-channels 4] [--device cuda]
-        [--freeze-encoder-after MIN [--codes DATA/codes.pt]]
+        [--freeze-encoder-after MIN [--codes DATA/codes.pt]] [--init CODEC]
     python3 tools/voice/codec.py export CKPT OUT.nemo
     python3 tools/voice/codec.py encode CODEC DATA [--out DATA/codes.pt] [--limit N]
     python3 tools/voice/codec.py eval CODEC DATA [--out DIR] [--split heldout_speaker] [--limit N]
 
 CKPT is a training checkpoint; CODEC is a training checkpoint or an exported .nemo.
 ``--resume`` continues from CKPT when it exists (a fresh run otherwise), so every step of a long
-training is the same command.
+training is the same command. ``--init CODEC`` starts a fresh run from CODEC's weights instead of
+the data: with ``--freeze-encoder-after 0 --codes DATA/codes.pt`` it tunes a finished codec's
+decoder on new speech (more speakers, say) while its encoder, hence every code an LM learned, stays
+as it was.
 
 ``encode`` writes DATA/codes.pt (torch.save), the input of the GEPARD LM trainer:
 
@@ -735,11 +738,18 @@ def train(args):
     torch.manual_seed(args.seed)
     ckpt_path = Path(args.ckpt)
     resuming = args.resume and ckpt_path.exists()
+    start_from = None  # a fresh run's weights from --init: widths and state dict
     if resuming:
         widths = torch.load(str(ckpt_path), map_location="cpu", weights_only=True)["widths"]
+    elif args.init:
+        start_from = load_codec(args.init)
+        widths = start_from.widths()
     else:
         widths = {"decoder_channels": args.decoder_channels, "encoder_channels": args.encoder_channels}
     model = NanoCodec(**widths).to(device)
+    if start_from is not None:
+        model.load_state_dict(start_from.state_dict())
+        print(f"codec: a new run from the weights of {args.init}")
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.8, 0.99), weight_decay=0.01)
     progress = dict(PROGRESS_DEFAULTS)
     if resuming:
@@ -761,7 +771,7 @@ def train(args):
     audio, offsets, lengths = load_audio(args.data, rows)
     print(f"codec: {len(rows)} utterances, {audio.size / SAMPLE_RATE / 3600:.2f} h loaded in {time.time() - t0:.1f} s")
     sampler = SegmentSampler(audio, offsets, lengths, device, args.seed + progress["step"])
-    if not resuming:
+    if not resuming and start_from is None:
         initialize_from_data(model, sampler.sample(min(args.batch, 16), args.min_frames, args.min_frames))
     loss_fn = SpectralLoss().to(device)
     valid_batch = validation_batch(args.data, device)
@@ -984,6 +994,9 @@ def main(argv=None):
     p.add_argument("data")
     p.add_argument("--ckpt", required=True, help="checkpoint file to write (and to resume from)")
     p.add_argument("--resume", action="store_true", help="continue from --ckpt when it exists")
+    p.add_argument("--init", metavar="CODEC",
+                   help="a new run starts from this codec's weights (a .nemo or a checkpoint; its widths), "
+                        "not from the data; with --freeze-encoder-after 0 it tunes the decoder alone")
     p.add_argument("--time-limit", type=float, default=0, help="minutes of training in this run, then save and stop")
     p.add_argument("--steps", type=int, help="stop at this total step count (0: just write the initial checkpoint)")
     p.add_argument("--total-steps", type=int,
