@@ -7,7 +7,8 @@ and the main LM's run where the next start is seeded from; the slimmed run expor
 directory the C engine loads, and a second start resumes the LM at the step the first one reached
 (as after a lost machine) and trains it on. A second start while a recipe runs is refused, and
 following on a machine where none was started (a fresh one) says so at once. A variant named in
-GPU_RECIPE_FORKS starts from the main LM's run and trains on beside it.
+GPU_RECIPE_FORKS starts from the main LM's run and trains on beside it, and the shipped codec's
+decoder is tuned beside them (CODEC_TUNE_MINUTES), its encoder left as it was.
 
 Needs espeak-ng (scripts/lib.sh installs it), models/voice/codec.nemo and gepard-inspect from
 $GEPARD_BUILD_DIR/tools (default <repo>/build).
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
@@ -77,6 +78,7 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert unpacked.returncode == 0, unpacked.stderr
     snap = root / "snapshot"
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
+    assert not list(snap.glob("codec-tuned.*"))
 
     reached = step_of(snap / "lm")
     assert reached > 0
@@ -98,7 +100,8 @@ def test_recipe_snapshot_exports_and_resumes(toy):
 
     # a fresh start seeded with the unpacked snapshot resumes the LM where it was and trains on, a
     # variant forked from it beside it with an option of its own
-    env = dict(env, LM_MINUTES="0.3", LM_VARIANTS="blank:--frame-blank 0.2", GPU_RECIPE_FORKS="blank")
+    env = dict(env, LM_MINUTES="0.3", LM_VARIANTS="blank:--frame-blank 0.2", GPU_RECIPE_FORKS="blank",
+               CODEC_TUNE_MINUTES="0.1", CODEC_TUNE_ARGS="--batch 2 --max-frames 8 --warmup 2 --save-minutes 0.05")
     second = gpu_recipe(env, root / "out2", "start", "6", "1")
     assert second.returncode == 0, second.stderr
     assert f"gpu-recipe: resuming lm at step {reached}" in second.stdout
@@ -127,6 +130,15 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert (hp["frame_blank"], hp["text_dropout"]) == (0.2, 0.15)
     assert not (root / "seed" / "lm-blank").exists()
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
+    # the tuned codec: only its decoder changed; its run is where the next start resumes it
+    assert (root / "seed" / "codec-tuned.ckpt").is_file()
+    sys.path.insert(0, str(SOURCE_DIR / "tools" / "voice"))
+    import codec
+
+    shipped, tuned = (codec.read_nemo(p)[1] for p in (CODEC, snap / "codec-tuned.nemo"))
+    assert shipped.keys() == tuned.keys()
+    assert all(torch.equal(shipped[k], tuned[k]) for k in shipped if k.startswith("audio_encoder."))
+    assert any(not torch.equal(shipped[k], tuned[k]) for k in shipped if k.startswith("audio_decoder."))
 
 
 def test_follow_on_a_bare_machine_says_so_at_once(toy):

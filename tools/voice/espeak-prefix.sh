@@ -34,7 +34,7 @@ pack() {
   rm -rf "$pack"
   mkdir -p "$pack/debs"
   local files=("$espeak" "/usr/lib/$arch/libespeak-ng.so.1")
-  files+=(/usr/lib/$arch/pulseaudio/libpulsecommon-*.so)
+  files+=("/usr/lib/$arch"/pulseaudio/libpulsecommon-*.so)
   local packages
   packages=$(
     {

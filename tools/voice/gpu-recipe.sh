@@ -26,7 +26,9 @@
 # that, where the seed holds no run of their own, start as copies of the main LM's run: each trains
 # on from the same step and weights with its own options (--frame-blank 0.2, say), so one call
 # compares them with the main LM at equal training. Each LM is exported here from its slimmed run:
-# python3 tools/voice/lm.py export device-prefix/voice-run/lm MODEL_DIR. The recipe's own settings
+# python3 tools/voice/lm.py export device-prefix/voice-run/lm MODEL_DIR. A tuning of the codec's
+# decoder (CODEC_TUNE_MINUTES) comes back as codec-tuned.ckpt, which the seed keeps and the next
+# start resumes, and once finished as codec-tuned.nemo. The recipe's own settings
 # (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass through the environment of `start`. Also:
 # GPU_RECIPE_RUN (RUN, default /tmp/voice-run), VOICE_WORK (the data, default /tmp/voice), OUT
 # (default build/gpu-recipe).
@@ -81,6 +83,10 @@ start() {
     echo "gpu-recipe: resuming $(basename "$d") at step $(step_of "$d")"
   done
   [ -s "$run/lm/tokenizer.json" ] && cp "$run/lm/tokenizer.json" "$run/tokenizer.json"
+  if [ -s "$seed/codec-tuned.ckpt" ]; then
+    cp "$seed/codec-tuned.ckpt" "$run/" || return 1
+    echo "gpu-recipe: resuming the codec's decoder tuning"
+  fi
   for name in ${GPU_RECIPE_FORKS:-}; do
     [ -d "$run/lm-$name" ] && continue
     if [ ! -f "$run/lm/checkpoint/state.json" ]; then
@@ -123,9 +129,11 @@ snapshot() {
     done
   done
   cp "$run/recipe.log" "$work"/*.out "$snap/logs/" 2>/dev/null
+  # written by replacing: a copy is whole
+  cp "$run"/codec-tuned.* "$snap/" 2>/dev/null
   rm -f "$out"/voice-run.tar.part*
   tar -C "$snap" -cf - . | split -b 15M -d - "$out/voice-run.tar.part" || return 1
-  echo "gpu-recipe: snapshot in $out: $(cd "$snap" && ls -d lm* 2>/dev/null | tr '\n' ' ')($(du -sh "$snap" | cut -f1))"
+  echo "gpu-recipe: snapshot in $out: $(cd "$snap" && ls -d lm* codec-tuned.* 2>/dev/null | tr '\n' ' ')($(du -sh "$snap" | cut -f1))"
 }
 
 follow() {
@@ -166,6 +174,13 @@ unpack() {
   if [ -f "$snapshot_dir/lm/checkpoint/state.json" ]; then
     rm -rf "$seed/lm" && mkdir -p "$seed" && cp -r "$snapshot_dir/lm" "$seed/" || return 1
     echo "gpu-recipe: the next start resumes it from $seed/lm"
+  fi
+  if [ -s "$snapshot_dir/codec-tuned.ckpt" ]; then
+    mkdir -p "$seed" && cp "$snapshot_dir/codec-tuned.ckpt" "$seed/" || return 1
+    echo "gpu-recipe: the codec's decoder tuning resumes from $seed/codec-tuned.ckpt"
+  fi
+  if [ -s "$snapshot_dir/codec-tuned.nemo" ]; then
+    echo "gpu-recipe: the tuned codec: $snapshot_dir/codec-tuned.nemo"
   fi
 }
 

@@ -46,7 +46,12 @@
 # LMs trained side by side with the main one on the same codes and tokenizer (one small LM keeps
 # an H200 10–40 % busy), each with LM_ARGS and then its own OPTIONS, in RUN/lm-NAME, exported to
 # RUN/model-NAME once finished: variants to compare by their validation lines (valid_ce against
-# valid_ce_other_text: how much the text matters) and intelligibility.py.
+# valid_ce_other_text: how much the text matters) and intelligibility.py. CODEC_TUNE_MINUTES (0:
+# off): once the codec is finished, its decoder is tuned beside the LMs for that many minutes in all
+# (a run that resumes across recipes, RUN/codec-tuned.ckpt) on the codes of this speech, its encoder,
+# hence every code, kept as it was, and exported to RUN/codec-tuned.nemo at the end: a decoder
+# trained on other speakers heard by more (options: CODEC_TUNE_ARGS, default "--batch 128 --lr 2e-4
+# --warmup 200").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -145,6 +150,13 @@ if [ ! -s "$run/tokenizer.json" ]; then
 fi
 
 lm_done() { [ -s "$work/lm-train.out" ] && grep -q '^finished' "$work/lm-train.out"; }
+tune_minutes=${CODEC_TUNE_MINUTES:-0}
+tune_wanted() { awk -v m="$tune_minutes" 'BEGIN { exit !(m > 0) }'; }
+tune_finished() {
+  [ -s "$run/codec-tuned.ckpt" ] && python3 -c 'import sys, torch
+sys.exit(0 if torch.load(sys.argv[1], map_location="cpu", weights_only=True).get("finished") else 1)' \
+    "$run/codec-tuned.ckpt"
+}
 budget=$(left)
 if [ "$budget" -lt 30 ]; then
   echo "recipe: out of time before the LM; run again"
@@ -155,6 +167,15 @@ codec_pid=
 if ! codec_finished; then
   codec_train --time-limit "$(in_minutes "$budget")" --codes "$work/data/codes.pt" >"$work/codec-train.out" 2>&1 &
   codec_pid=$!
+fi
+tune_pid=
+if tune_wanted && codec_finished && [ -s "$run/codec.nemo" ] && ! tune_finished; then
+  # shellcheck disable=SC2086
+  python3 tools/voice/codec.py train "$work/data" --ckpt "$run/codec-tuned.ckpt" --resume --init "$run/codec.nemo" \
+    --minutes "$tune_minutes" --freeze-encoder-after 0 --codes "$work/data/codes.pt" \
+    --time-limit "$(in_minutes "$budget")" ${CODEC_TUNE_ARGS:-"--batch 128 --lr 2e-4 --warmup 200"} \
+    >"$work/codec-tune.out" 2>&1 &
+  tune_pid=$!
 fi
 variant_names=()
 variant_options=()
@@ -184,6 +205,16 @@ for i in "${!variant_pids[@]}"; do
     python3 tools/voice/lm.py export "$run/lm-$name" "$run/model-$name"
   fi
 done
+if [ -n "$tune_pid" ]; then
+  wait "$tune_pid" || echo "recipe: the codec's decoder tuning failed"
+  grep -v '^step .* steps/s)$' "$work/codec-tune.out" | tail -n 5 || true
+fi
+if tune_finished && [ ! -s "$run/codec-tuned.nemo" ]; then
+  stage "tuned codec eval (the held-out speaker; the codec before, then after) and export"
+  python3 tools/voice/codec.py eval "$run/codec.nemo" "$work/data" --limit 48
+  python3 tools/voice/codec.py eval "$run/codec-tuned.ckpt" "$work/data" --limit 48
+  python3 tools/voice/codec.py export "$run/codec-tuned.ckpt" "$run/codec-tuned.nemo"
+fi
 if [ -n "$codec_pid" ]; then
   wait "$codec_pid" || { cat "$work/codec-train.out"; exit 1; }
   grep -v '^step .* steps/s)$' "$work/codec-train.out" || true
