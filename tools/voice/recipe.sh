@@ -151,6 +151,7 @@ fi
 
 lm_done() { [ -s "$work/lm-train.out" ] && grep -q '^finished' "$work/lm-train.out"; }
 tune_minutes=${CODEC_TUNE_MINUTES:-0}
+tune_args=${CODEC_TUNE_ARGS-"--batch 128 --lr 2e-4 --warmup 200"}
 tune_wanted() { awk -v m="$tune_minutes" 'BEGIN { exit !(m > 0) }'; }
 tune_finished() {
   [ -s "$run/codec-tuned.ckpt" ] && python3 -c 'import sys, torch
@@ -173,7 +174,7 @@ if tune_wanted && codec_finished && [ -s "$run/codec.nemo" ] && ! tune_finished;
   # shellcheck disable=SC2086
   python3 tools/voice/codec.py train "$work/data" --ckpt "$run/codec-tuned.ckpt" --resume --init "$run/codec.nemo" \
     --minutes "$tune_minutes" --freeze-encoder-after 0 --codes "$work/data/codes.pt" \
-    --time-limit "$(in_minutes "$budget")" ${CODEC_TUNE_ARGS:-"--batch 128 --lr 2e-4 --warmup 200"} \
+    --time-limit "$(in_minutes "$budget")" $tune_args \
     >"$work/codec-tune.out" 2>&1 &
   tune_pid=$!
 fi
