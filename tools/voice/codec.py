@@ -738,18 +738,18 @@ def train(args):
     torch.manual_seed(args.seed)
     ckpt_path = Path(args.ckpt)
     resuming = args.resume and ckpt_path.exists()
-    start_from = None  # a fresh run's weights from --init: widths and state dict
+    initialized = resuming or bool(args.init)  # else from the data, below
     if resuming:
         widths = torch.load(str(ckpt_path), map_location="cpu", weights_only=True)["widths"]
+        model = NanoCodec(**widths)
     elif args.init:
-        start_from = load_codec(args.init)
-        widths = start_from.widths()
+        model = load_codec(args.init)  # its widths and weights
+        widths = model.widths()
+        print(f"codec: a new run from the weights of {args.init}")
     else:
         widths = {"decoder_channels": args.decoder_channels, "encoder_channels": args.encoder_channels}
-    model = NanoCodec(**widths).to(device)
-    if start_from is not None:
-        model.load_state_dict(start_from.state_dict())
-        print(f"codec: a new run from the weights of {args.init}")
+        model = NanoCodec(**widths)
+    model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.8, 0.99), weight_decay=0.01)
     progress = dict(PROGRESS_DEFAULTS)
     if resuming:
@@ -771,7 +771,7 @@ def train(args):
     audio, offsets, lengths = load_audio(args.data, rows)
     print(f"codec: {len(rows)} utterances, {audio.size / SAMPLE_RATE / 3600:.2f} h loaded in {time.time() - t0:.1f} s")
     sampler = SegmentSampler(audio, offsets, lengths, device, args.seed + progress["step"])
-    if not resuming and start_from is None:
+    if not initialized:
         initialize_from_data(model, sampler.sample(min(args.batch, 16), args.min_frames, args.min_frames))
     loss_fn = SpectralLoss().to(device)
     valid_batch = validation_batch(args.data, device)

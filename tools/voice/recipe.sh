@@ -96,13 +96,17 @@ lm_minutes=${LM_MINUTES:-12}
 # codec_reached MIN: the codec has trained MIN minutes in all; codec_finished: to the plan's end.
 # A RUN with codec.nemo and no codec.ckpt holds a finished codec (the checkpoint left behind to
 # carry the LM's instead: see below).
+# ckpt_test CKPT EXPR: codec checkpoint CKPT exists and EXPR holds of its trained_s and finished
+ckpt_test() {
+  [ -s "$1" ] && python3 -c 'import sys, torch
+ckpt = torch.load(sys.argv[1], map_location="cpu", weights_only=True)
+sys.exit(0 if eval(sys.argv[2], {}, {k: ckpt.get(k) for k in ("trained_s", "finished")}) else 1)' "$1" "$2"
+}
 codec_ckpt_test() {
   if [ ! -e "$run/codec.ckpt" ] && [ -s "$run/codec.nemo" ]; then
     return 0
   fi
-  [ -s "$run/codec.ckpt" ] && python3 -c 'import sys, torch
-ckpt = torch.load(sys.argv[1], map_location="cpu", weights_only=True)
-sys.exit(0 if eval(sys.argv[2], {}, {k: ckpt.get(k) for k in ("trained_s", "finished")}) else 1)' "$run/codec.ckpt" "$1"
+  ckpt_test "$run/codec.ckpt" "$1"
 }
 codec_reached() { codec_ckpt_test "trained_s >= $1 * 60"; }
 codec_finished() { codec_ckpt_test "finished"; }
@@ -153,11 +157,7 @@ lm_done() { [ -s "$work/lm-train.out" ] && grep -q '^finished' "$work/lm-train.o
 tune_minutes=${CODEC_TUNE_MINUTES:-0}
 tune_args=${CODEC_TUNE_ARGS-"--batch 128 --lr 2e-4 --warmup 200"}
 tune_wanted() { awk -v m="$tune_minutes" 'BEGIN { exit !(m > 0) }'; }
-tune_finished() {
-  [ -s "$run/codec-tuned.ckpt" ] && python3 -c 'import sys, torch
-sys.exit(0 if torch.load(sys.argv[1], map_location="cpu", weights_only=True).get("finished") else 1)' \
-    "$run/codec-tuned.ckpt"
-}
+tune_finished() { ckpt_test "$run/codec-tuned.ckpt" finished; }
 budget=$(left)
 if [ "$budget" -lt 30 ]; then
   echo "recipe: out of time before the LM; run again"
