@@ -106,6 +106,8 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert second.returncode == 0, second.stderr
     assert f"gpu-recipe: resuming lm at step {reached}" in second.stdout
     assert f"gpu-recipe: blank starts from lm at step {reached}" in second.stdout
+    # on a corpus drawn anew for that step: sentences the LM has not read
+    assert f"gpu-recipe: corpus seed {reached + 1}" in second.stdout
     refused = gpu_recipe(env, root / "out3", "start", "6", "1")
     assert refused.returncode != 0
     assert "a recipe is running already" in refused.stderr
@@ -130,6 +132,7 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert (hp["frame_blank"], hp["text_dropout"]) == (0.2, 0.15)
     assert not (root / "seed" / "lm-blank").exists()
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
+    assert (root / "work" / "corpus" / "seed").read_text().strip() == str(reached + 1)
     # the tuned codec: only its decoder changed; its run is where the next start resumes it
     assert (root / "seed" / "codec-tuned.ckpt").is_file()
     sys.path.insert(0, str(SOURCE_DIR / "tools" / "voice"))

@@ -20,7 +20,8 @@
 # `unpack` puts the whole snapshot into device-prefix/voice-run (GPU_RECIPE_SNAPSHOT) and the
 # main LM's run into models/voice-training/lm (GPU_RECIPE_SEED), which travels with every call:
 # `start` seeds RUN with models/voice/codec.nemo (the codec's stages are skipped) and with the LM
-# runs there, which the recipe resumes (the data are made again). An LM so trains on from one
+# runs there, which the recipe resumes (the data are made again, from a corpus drawn for the step
+# the main LM resumes at: CORPUS_SEED, unless given, is that step + 1). An LM so trains on from one
 # machine to the next, and from one day to the next once models/voice-training is committed (give
 # LM_MINUTES as the run's minutes in all). GPU_RECIPE_FORKS="NAME …" names variants of LM_VARIANTS
 # that, where the seed holds no run of their own, start as copies of the main LM's run: each trains
@@ -83,6 +84,11 @@ start() {
     echo "gpu-recipe: resuming $(basename "$d") at step $(step_of "$d")"
   done
   [ -s "$run/lm/tokenizer.json" ] && cp "$run/lm/tokenizer.json" "$run/tokenizer.json"
+  if [ -z "${CORPUS_SEED:-}" ] && [ -f "$run/lm/checkpoint/state.json" ]; then
+    # sentences the LM has not read: the corpus is drawn anew for the step it resumes at
+    CORPUS_SEED=$(($(step_of "$run/lm") + 1)) && export CORPUS_SEED
+    echo "gpu-recipe: corpus seed $CORPUS_SEED"
+  fi
   if [ -s "$seed/codec-tuned.ckpt" ]; then
     cp "$seed/codec-tuned.ckpt" "$run/" || return 1
     echo "gpu-recipe: resuming the codec's decoder tuning"

@@ -41,7 +41,9 @@
 # lacks them. CORPUS_ARGS: corpus.py's options (default "--size 90000 --word-lists 30000": 14200
 # fortunes, 45800 generated, 30000 word lists. On corpus.py's own 30000 sentences an LM of 15
 # minutes on an H100 read each utterance 50 times, and the wide shape's validation CE rose after
-# its 25th pass); on an H100 the speech takes ~1.2 s and the encoding ~2.2 s per thousand sentences;
+# its 25th pass); CORPUS_SEED (1): the corpus's seed, which draws the generated sentences and the
+# word lists (the fortunes and the held-out vocabulary stay): an LM resumed on another seed reads
+# sentences it has not read before, none of them held out; on an H100 the speech takes ~1.2 s and the encoding ~2.2 s per thousand sentences;
 # TOKENIZER_ARGS: tokenizer.py's (e.g. "--vocab-size 512"). LM_VARIANTS="NAME:OPTIONS;…": more
 # LMs trained side by side with the main one on the same codes and tokenizer (one small LM keeps
 # an H200 10–40 % busy), each with LM_ARGS and then its own OPTIONS, in RUN/lm-NAME, exported to
@@ -77,11 +79,17 @@ fi
 fortunes=${FORTUNES_DIR:-/usr/share/games/fortunes}
 words=${WORDS_FILE:-/usr/share/dict/american-english}
 
+corpus_seed=${CORPUS_SEED:-1}
+if [ -s "$work/corpus/train.jsonl" ] && [ "$(cat "$work/corpus/seed" 2>/dev/null)" != "$corpus_seed" ]; then
+  echo "recipe: the corpus in $work/corpus has another seed than $corpus_seed: its data are made again"
+  rm -rf "$work/corpus" "$work/data"
+fi
 if [ ! -s "$work/corpus/train.jsonl" ]; then
   stage corpus
   # shellcheck disable=SC2086
   python3 tools/voice/corpus.py "$work/corpus" --fortunes-dir "$fortunes" --words-file "$words" \
-    ${CORPUS_ARGS---size 90000 --word-lists 30000}
+    --seed "$corpus_seed" ${CORPUS_ARGS---size 90000 --word-lists 30000}
+  echo "$corpus_seed" >"$work/corpus/seed"
 fi
 if [ ! -s "$work/data/speech/index.jsonl" ]; then
   stage speech
