@@ -79,7 +79,8 @@ def test_corpus_is_deterministic_and_heldout_is_disjoint():
 
 def test_word_lists_read_the_dictionary_without_held_out_words(tmp_path):
     """A quarter of the corpus are lists of dictionary words: only plain words (no possessives,
-    capitals inside or held-out and blocked words), deterministic; none without a dictionary."""
+    capitals inside or held-out and blocked words), deterministic; none without a dictionary. The
+    generated sentences fill their slots from the same words."""
     words = ["ladle", "remnant", "Jamaica", "bequeath", "Percival", "sharpened", "damn", "ladle's",
              "McDonald", "AC", "urbanity", "tongs", "fetal", "egging"]
     path = tmp_path / "words"
@@ -94,6 +95,12 @@ def test_word_lists_read_the_dictionary_without_held_out_words(tmp_path):
     for text in lists:
         said = text.rstrip(".").replace(",", "").replace(" and ", " ").split()
         assert 4 <= len(said) <= 8 and {w.lower() for w in said} <= allowed and text[0].isupper()
+    # the generated sentences' names, places and objects come from the dictionary too, never a
+    # held-out or blocked word of it
+    train, _ = corpus.build_corpus(seed=3, size=400, fortunes_dir=tmp_path / "none", words_file=path)
+    generated = [r["text"] for r in train if r["id"].startswith("g")]
+    assert len(generated) == 300 and any("Jamaica" in t for t in generated) and any(" tongs " in t for t in generated)
+    assert not any(corpus.mentions_heldout(t) or corpus.is_blocked(t) for t in generated)
     train, _ = corpus.build_corpus(seed=3, size=400, words_file=tmp_path / "none")
     assert not any(r["id"].startswith("w") for r in train) and len(train) == 400
 

@@ -10,7 +10,9 @@ Three sources, all available offline:
   is any sentence with a word of BLOCKED_WORDS; the offensive package ``fortunes-off`` is never
   read.
 * Sentences generated from templates with a seeded RNG: numbers, dates, times, money, names,
-  places, phone numbers, measurements.
+  places, phone numbers, measurements. Their names, places, objects and verbs come half the time
+  from short lists and, where the dictionary below is at hand, half the time from the dictionary's
+  words of that kind (SlotWords): "Quinton packed 2 periscopes in Sydney."
 * Word lists from Debian's English dictionary (package ``wamerican``, /usr/share/dict/
   american-english): "Ladle, remnant, Jamaica and bequeath." — 4 to 8 random words each, a
   quarter of the corpus by default. Fortunes and templates repeat a few thousand words; a voice
@@ -214,8 +216,40 @@ def money(rng):
     return f"${rng.randint(1, 90) * 100:,}"
 
 
-def full_name(rng):
-    return f"{rng.choice(TRAIN_NAMES)} {rng.choice(TRAIN_SURNAMES)}"
+class SlotWords:
+    """What fills a generated sentence's name, place, object and verb slots: the lists above and,
+    given a dictionary's words (dictionary_words: none held out or blocked), half the time a word of
+    the dictionary of that kind (a capitalised word for a name, surname or place, a lower-case one
+    ending in -s for the objects and in -ed for the verb), so that the numbers, dates and names of
+    the sentence frames come with words no list names."""
+
+    def __init__(self, dictionary=()):
+        self.proper = [w for w in dictionary if w[0].isupper() and not w.endswith("s")]
+        self.plurals = [w for w in dictionary if w.islower() and w.endswith("s") and not w.endswith("ss")
+                        and len(w) >= 4]
+        self.past = [w for w in dictionary if w.islower() and w.endswith("ed") and len(w) >= 5]
+
+    def pick(self, rng, listed, opened):
+        return rng.choice(opened) if opened and rng.random() < 0.5 else rng.choice(listed)
+
+    def name(self, rng):
+        return self.pick(rng, TRAIN_NAMES, self.proper)
+
+    def surname(self, rng):
+        return self.pick(rng, TRAIN_SURNAMES, self.proper)
+
+    def place(self, rng):
+        return self.pick(rng, TRAIN_PLACES, self.proper)
+
+    def objects(self, rng):
+        return self.pick(rng, TRAIN_OBJECTS, self.plurals)
+
+    def verb(self, rng):
+        return self.pick(rng, TRAIN_VERBS_PAST, self.past)
+
+
+def full_name(rng, w):
+    return f"{w.name(rng)} {w.surname(rng)}"
 
 
 def count_phrase(rng):
@@ -224,34 +258,33 @@ def count_phrase(rng):
 
 
 TRAIN_TEMPLATES = [
-    lambda r: (f"{r.choice(TRAIN_NAMES)} {r.choice(TRAIN_VERBS_PAST)} {count_phrase(r)} {r.choice(TRAIN_OBJECTS)} "
-               f"in {r.choice(TRAIN_PLACES)}."),
-    lambda r: f"{r.choice(TRAIN_ACTIVITIES).capitalize()} starts at {clock_time(r)} on {r.choice(WEEKDAYS)}.",
-    lambda r: f"{full_name(r)} was born on {date_phrase(r)} in {r.choice(TRAIN_PLACES)}.",
-    lambda r: f"The ticket to {r.choice(TRAIN_PLACES)} costs {money(r)}.",
-    lambda r: (f"Please call {r.choice(TRAIN_NAMES)} at {r.randint(200, 999)} {r.randint(100, 999)} "
-               f"{r.randint(1000, 9999)}."),
-    lambda r: (f"It is {r.randint(2, 30)} degrees in {r.choice(TRAIN_PLACES)} "
-               f"this {r.choice(['morning', 'afternoon', 'evening'])}."),
-    lambda r: f"We drove {r.randint(5, 900)} kilometers from {r.choice(TRAIN_PLACES)} to {r.choice(TRAIN_PLACES)}.",
-    lambda r: f"Did {r.choice(TRAIN_NAMES)} pay {money(r)} for the {r.choice(TRAIN_OBJECTS)[:-1]}?",
-    lambda r: f"On {date_phrase(r)}, {r.choice(TRAIN_NAMES)} moved to {r.choice(TRAIN_PLACES)}.",
-    lambda r: f"{r.choice(TRAIN_NAMES)} and {r.choice(TRAIN_NAMES)} met at {clock_time(r)} near the station.",
-    lambda r: f"The package weighs {r.randint(1, 40)}.{r.randint(0, 9)} kilograms.",
-    lambda r: (lambda u: f"The distance was {r.randint(u[1], u[2])} {u[0]}.")(r.choice(TRAIN_UNITS)),
-    lambda r: f"Room {r.randint(1, 60)}{r.randint(0, 20):02d} is on the {ordinal(r.randint(1, 30))} floor.",
-    lambda r: f"{full_name(r)} scored {r.randint(0, 100)} points in the final.",
-    lambda r: f"The year {r.randint(1066, 2039)} was a busy one for {r.choice(TRAIN_PLACES)}.",
-    lambda r: f"My flight leaves {r.choice(TRAIN_PLACES)} at {clock_time(r)} and lands in {r.choice(TRAIN_PLACES)}.",
-    lambda r: f"{r.choice(TRAIN_NAMES)} saved {money(r)} in {r.choice(MONTHS)}.",
-    lambda r: (f"About {r.randint(2, 99)} percent of the {r.choice(TRAIN_OBJECTS)} "
-               f"were {r.choice(['red', 'blue', 'green', 'broken', 'new', 'old'])}."),
-    lambda r: f"The meeting with {full_name(r)} is on {r.choice(WEEKDAYS)} at {clock_time(r)}.",
-    lambda r: f"Order number {r.randint(10000, 99999)} ships to {r.choice(TRAIN_PLACES)} on {date_phrase(r)}.",
-    lambda r: f"There are {count_phrase(r)} {r.choice(TRAIN_OBJECTS)} on the table, and {count_phrase(r)} in the box.",
-    lambda r: f"{r.choice(TRAIN_NAMES)} asked whether {r.choice(TRAIN_PLACES)} is far from {r.choice(TRAIN_PLACES)}.",
-    lambda r: f"Turn left after {r.randint(100, 900)} meters and walk to {r.choice(TRAIN_PLACES)} Street.",
-    lambda r: f"The train to {r.choice(TRAIN_PLACES)} is {r.randint(2, 55)} minutes late.",
+    lambda r, w: f"{w.name(r)} {w.verb(r)} {count_phrase(r)} {w.objects(r)} in {w.place(r)}.",
+    lambda r, w: f"{r.choice(TRAIN_ACTIVITIES).capitalize()} starts at {clock_time(r)} on {r.choice(WEEKDAYS)}.",
+    lambda r, w: f"{full_name(r, w)} was born on {date_phrase(r)} in {w.place(r)}.",
+    lambda r, w: f"The ticket to {w.place(r)} costs {money(r)}.",
+    lambda r, w: (f"Please call {w.name(r)} at {r.randint(200, 999)} {r.randint(100, 999)} "
+                  f"{r.randint(1000, 9999)}."),
+    lambda r, w: (f"It is {r.randint(2, 30)} degrees in {w.place(r)} "
+                  f"this {r.choice(['morning', 'afternoon', 'evening'])}."),
+    lambda r, w: f"We drove {r.randint(5, 900)} kilometers from {w.place(r)} to {w.place(r)}.",
+    lambda r, w: f"Did {w.name(r)} pay {money(r)} for the {r.choice(TRAIN_OBJECTS)[:-1]}?",
+    lambda r, w: f"On {date_phrase(r)}, {w.name(r)} moved to {w.place(r)}.",
+    lambda r, w: f"{w.name(r)} and {w.name(r)} met at {clock_time(r)} near the station.",
+    lambda r, w: f"The package weighs {r.randint(1, 40)}.{r.randint(0, 9)} kilograms.",
+    lambda r, w: (lambda u: f"The distance was {r.randint(u[1], u[2])} {u[0]}.")(r.choice(TRAIN_UNITS)),
+    lambda r, w: f"Room {r.randint(1, 60)}{r.randint(0, 20):02d} is on the {ordinal(r.randint(1, 30))} floor.",
+    lambda r, w: f"{full_name(r, w)} scored {r.randint(0, 100)} points in the final.",
+    lambda r, w: f"The year {r.randint(1066, 2039)} was a busy one for {w.place(r)}.",
+    lambda r, w: f"My flight leaves {w.place(r)} at {clock_time(r)} and lands in {w.place(r)}.",
+    lambda r, w: f"{w.name(r)} saved {money(r)} in {r.choice(MONTHS)}.",
+    lambda r, w: (f"About {r.randint(2, 99)} percent of the {w.objects(r)} "
+                  f"were {r.choice(['red', 'blue', 'green', 'broken', 'new', 'old'])}."),
+    lambda r, w: f"The meeting with {full_name(r, w)} is on {r.choice(WEEKDAYS)} at {clock_time(r)}.",
+    lambda r, w: f"Order number {r.randint(10000, 99999)} ships to {w.place(r)} on {date_phrase(r)}.",
+    lambda r, w: f"There are {count_phrase(r)} {w.objects(r)} on the table, and {count_phrase(r)} in the box.",
+    lambda r, w: f"{w.name(r)} asked whether {w.place(r)} is far from {w.place(r)}.",
+    lambda r, w: f"Turn left after {r.randint(100, 900)} meters and walk to {w.place(r)} Street.",
+    lambda r, w: f"The train to {w.place(r)} is {r.randint(2, 55)} minutes late.",
 ]
 
 
@@ -377,7 +410,7 @@ def build_corpus(seed=1, size=30000, heldout_count=48, fortunes_dir=DEFAULT_FORT
     """(train, heldout): lists of {"id", "text"}; deterministic for the same seed and inputs.
     word_lists (default size // 4) of the size are word-list sentences where words_file exists."""
     rng = random.Random(seed)
-    lists = []
+    lists, words = [], []
     if words_file and Path(words_file).is_file():
         words = dictionary_words(words_file)
         list_rng = random.Random(seed * 7919 + 2)
@@ -398,10 +431,11 @@ def build_corpus(seed=1, size=30000, heldout_count=48, fortunes_dir=DEFAULT_FORT
     fortunes = fortunes[: min((size * 3) // 4, size - len(lists))]  # at most 3/4 of the corpus
 
     generated, seen = [], set(fortunes) | held | set(lists)
+    slots = SlotWords(words)
     attempts = 0
     while len(fortunes) + len(lists) + len(generated) < size and attempts < size * 20:
         attempts += 1
-        s = rng.choice(TRAIN_TEMPLATES)(rng)
+        s = rng.choice(TRAIN_TEMPLATES)(rng, slots)
         if s not in seen and not mentions_heldout(s):
             seen.add(s)
             generated.append(s)
