@@ -43,7 +43,8 @@
 # minutes on an H100 read each utterance 50 times, and the wide shape's validation CE rose after
 # its 25th pass); CORPUS_SEED (1): the corpus's seed, which draws the generated sentences and the
 # word lists (the fortunes and the held-out vocabulary stay): an LM resumed on another seed reads
-# sentences it has not read before, none of them held out; on an H100 the speech takes ~1.2 s and the encoding ~2.2 s per thousand sentences;
+# sentences it has not read before, none of them held out; on an H100 the speech takes ~1.2 s and
+# the encoding ~2.2 s per thousand sentences;
 # TOKENIZER_ARGS: tokenizer.py's (e.g. "--vocab-size 512"). LM_VARIANTS="NAME:OPTIONS;…": more
 # LMs trained side by side with the main one on the same codes and tokenizer (one small LM keeps
 # an H200 10–40 % busy), each with LM_ARGS and then its own OPTIONS, in RUN/lm-NAME, exported to
