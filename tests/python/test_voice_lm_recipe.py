@@ -511,6 +511,51 @@ def test_slimmed_run_resumes_from_the_same_weights(run_dir, data, tmp_path, caps
     assert state["step"] == TRAIN_STEPS + 2
 
 
+def test_deepened_run_computes_the_same_and_trains_on(run_dir, data, tmp_path, capsys):
+    """--num-hidden-layers on a resumed run deepens it: each layer doubled, the copies' residual
+    outputs zeroed, so that the model's outputs are exactly those of before; training goes on from
+    there with fresh AdamW moments and moves the copies. Fewer layers or another width is refused."""
+    state, tensors = lm.read_checkpoint(run_dir)
+    spec = json.loads(json.dumps(state["model"]))
+    old = spec["shape"]["num_hidden_layers"]
+    grown = lm.deepen(spec, tensors, 2 * old)
+    assert spec["shape"]["num_hidden_layers"] == spec["backbone"]["num_hidden_layers"] == 2 * old
+    assert spec["backbone"]["layer_types"] == ["full_attention"] * (2 * old)
+    assert all(k.startswith("model/") for k in grown)
+    shallow = checkpoint_model(run_dir)
+    deep = lm.build_model(spec)
+    lm.load_model_weights(deep, grown, "model/")
+    deep.eval()
+    special = lm.tokenizer_special_ids(run_dir / "tokenizer.json")
+    ids = lm.text_layout([5, 9, 17, 3, 11], special)
+    gen = torch.Generator().manual_seed(0)
+    frames = torch.stack([torch.randint(0, level, (6,), generator=gen) for level in spec["head_levels"]], 1)
+    with torch.no_grad():
+        before = lm.forced_outputs(shallow, ids, shallow.null_prefix, frames)
+        after = lm.forced_outputs(deep, ids, deep.null_prefix, frames)
+    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
+
+    run = tmp_path / "deep"
+    shutil.copytree(run_dir, run)
+    common = ["train", "--data", str(data / "codes.pt"), "--run", str(run), "--resume", "--log-every", "1",
+              "--eval-every", "0", "--threads", "1", "--device", "cpu"]
+    with pytest.raises(SystemExit, match="can only grow deeper"):
+        lm.main(common + ["--num-hidden-layers", "1", "--steps", str(TRAIN_STEPS + 2)])
+    with pytest.raises(SystemExit, match="keeps its shape"):
+        lm.main(common + ["--hidden-size", "96", "--steps", str(TRAIN_STEPS + 2)])
+    capsys.readouterr()
+    assert lm.main(common + ["--num-hidden-layers", str(2 * old), "--steps", str(TRAIN_STEPS + 2)]) == 0
+    out = capsys.readouterr().out
+    assert f"deepened from {old} to {2 * old} layers" in out and "warms up again" in out
+    state, tensors = lm.read_checkpoint(run)
+    assert state["step"] == TRAIN_STEPS + 2 and state["model"]["shape"]["num_hidden_layers"] == 2 * old
+    assert tensors["model/model.layers.1.mlp.down_proj.weight"].abs().max() > 0
+    # resumed at its own depth, it is not deepened again
+    assert lm.main(common + ["--num-hidden-layers", str(2 * old), "--steps", str(TRAIN_STEPS + 3)]) == 0
+    assert "deepened from" not in capsys.readouterr().out
+    assert lm.read_checkpoint(run)[0]["step"] == TRAIN_STEPS + 3
+
+
 def test_diverged_run_stops_and_keeps_its_checkpoint(run_dir, data, tmp_path, capsys, monkeypatch):
     """A loss gone NaN (a learning rate too high for the model, say) stops the run at the next log
     line with an error, and the checkpoint saved before stays as it was: no NaN weights to export."""

@@ -939,6 +939,31 @@ def restore_optimizer(optimizer, model, tensors, device):
         }
 
 
+def deepen(spec, tensors, layers):
+    """``tensors`` (a checkpoint's "model/…" weights) of a backbone ``layers`` deep, grown from the
+    shallower one of ``spec`` (updated in place) so that it computes the same: old layer i stands at
+    new layers i * layers // old onwards, its first copy as it was, the later ones with their
+    residual outputs (attention's o_proj, the MLP's down_proj) zeroed, so that they add nothing
+    until training moves them. The AdamW moments are left out: they start afresh."""
+    old = spec["shape"]["num_hidden_layers"]
+    if layers <= old:
+        raise SystemExit(f"--num-hidden-layers {layers}: a resumed run of {old} layers can only grow deeper")
+    prefix = "model/model.layers."
+    grown = {k: v for k, v in tensors.items() if k.startswith("model/") and not k.startswith(prefix)}
+    for new in range(layers):
+        source = new * old // layers
+        first = new == 0 or (new - 1) * old // layers != source
+        for key, value in tensors.items():
+            if not key.startswith(f"{prefix}{source}."):
+                continue
+            name = key[len(f"{prefix}{source}."):]
+            zeroed = not first and name in ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+            grown[f"{prefix}{new}.{name}"] = torch.zeros_like(value) if zeroed else value.clone()
+    spec["shape"] = dict(spec["shape"], num_hidden_layers=layers)
+    spec["backbone"] = dict(spec["backbone"], num_hidden_layers=layers, layer_types=["full_attention"] * layers)
+    return grown
+
+
 def build_model(spec, attn_implementation="sdpa"):
     """The model described by a checkpoint spec (state.json's "model")."""
     return GepardLM(spec["backbone"], spec["head_levels"], spec["shape"]["audio_embed_dim"],
@@ -998,6 +1023,16 @@ def cmd_train(args):
         state, tensors = restored
         spec, hp = state["model"], state["train"]
         print(f"resuming {run_dir} at step {state['step']}", flush=True)
+        for key, value in spec["shape"].items():
+            given = getattr(args, key, None)
+            if given is None or given == value or key == "num_hidden_layers":
+                continue
+            raise SystemExit(f"--{key.replace('_', '-')} {given}: a resumed run keeps its shape ({key} {value}); "
+                             "only --num-hidden-layers may deepen it")
+        if args.num_hidden_layers not in (None, spec["shape"]["num_hidden_layers"]):
+            print(f"deepened from {spec['shape']['num_hidden_layers']} to {args.num_hidden_layers} layers "
+                  "(each layer's later copies add nothing at first)", flush=True)
+            tensors = deepen(spec, tensors, args.num_hidden_layers)
     else:
         state, tensors = None, None
         shape = dict(PRESETS[args.preset])
@@ -1570,7 +1605,10 @@ def main(argv=None):
     t.add_argument("--resume", action="store_true", help="continue RUN/checkpoint if there is one")
     t.add_argument("--preset", choices=sorted(PRESETS), default="default")
     for key in PRESETS["default"]:
-        t.add_argument("--" + key.replace("_", "-"), dest=key, type=int, help="override the preset")
+        t.add_argument("--" + key.replace("_", "-"), dest=key, type=int,
+                       help="override the preset" + ("; a resumed run given more layers is deepened, "
+                                                     "computing the same at first (each layer doubled, "
+                                                     "say)" if key == "num_hidden_layers" else ""))
     t.add_argument("--steps", type=int, default=None, help=f"optimizer steps in all (default {DEFAULT_STEPS})")
     t.add_argument("--minutes", type=float, default=None,
                    help="plan the whole training in minutes of training time instead of --steps")
