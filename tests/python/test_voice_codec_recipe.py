@@ -17,6 +17,7 @@ sentences read by espeak-ng (a Debian package, installed by scripts/lib.sh):
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -103,6 +104,26 @@ def test_word_lists_read_the_dictionary_without_held_out_words(tmp_path):
     assert not any(corpus.mentions_heldout(t) or corpus.is_blocked(t) for t in generated)
     train, _ = corpus.build_corpus(seed=3, size=400, words_file=tmp_path / "none")
     assert not any(r["id"].startswith("w") for r in train) and len(train) == 400
+
+
+def test_composed_sentences_put_numbers_in_many_frames():
+    """Half the generated sentences are composed from parts (opening, subject, adverb, verb,
+    quantity, adjective, objects, ending) in a few clause shapes, with the dictionary's words; none
+    holds a held-out template's frame."""
+    words = corpus.SlotWords(["Jamaica", "remnants", "ladled", "famous", "gladly"])
+    rng = random.Random(4)
+    texts = [corpus.composed_sentence(rng, words) for _ in range(400)]
+    assert len(set(texts)) > 390
+    for text in texts:
+        assert (text[0].isupper() or text[0].isdigit()) and text[-1] in ".?" and "  " not in text
+        assert corpus.MIN_WORDS <= len(text.split()) <= corpus.MAX_WORDS
+    assert all(word in " ".join(texts) for word in ("Jamaica", "remnants", "ladled", "famous", "gladly"))
+    assert len({text.split(",")[0] for text in texts if ", " in text}) > 30  # openings
+    train, _ = corpus.build_corpus(seed=5, size=3000, fortunes_dir=None)
+    generated = [r["text"] for r in train if r["id"].startswith("g")]
+    assert len(generated) >= 2000
+    assert not any(frame in text.lower() for text in generated for frame in corpus.HELDOUT_FRAMES)
+    assert sum(text.startswith("Had ") for text in generated) > 0.03 * len(generated)
 
 
 def test_fortune_sentences_are_cleaned():

@@ -9,17 +9,22 @@ Three sources, all available offline:
   as a whole (pictures, code, and the sets with the most offensive or political content), and so
   is any sentence with a word of BLOCKED_WORDS; the offensive package ``fortunes-off`` is never
   read.
-* Sentences generated from templates with a seeded RNG: numbers, dates, times, money, names,
-  places, phone numbers, measurements. Their names, places, objects and verbs come half the time
-  from short lists and, where the dictionary below is at hand, half the time from the dictionary's
-  words of that kind (SlotWords): "Quinton packed 2 periscopes in Sydney."
+* Sentences generated with a seeded RNG, half from templates (numbers, dates, times, money,
+  names, places, phone numbers, measurements) and half composed from parts — an opening, a
+  subject, an adverb, a verb, a quantity, an adjective, the objects, an ending — in a few clause
+  shapes (composed_sentence), so that numbers and words come in many frames. Their names, places,
+  objects, verbs, adjectives and adverbs come half the time from short lists and, where the
+  dictionary below is at hand, half the time from the dictionary's words of that kind
+  (SlotWords): "Quinton packed 2 periscopes in Sydney.", "On Friday evening, Quinton nervously
+  packed about 45 rusty periscopes near the bridge."
 * Word lists from Debian's English dictionary (package ``wamerican``, /usr/share/dict/
   american-english): "Ladle, remnant, Jamaica and bequeath." — 4 to 8 random words each, a
   quarter of the corpus by default. Fortunes and templates repeat a few thousand words; a voice
   must read words it never heard, and these teach it the spelling of tens of thousands.
 
 A second, disjoint set of templates, names, verbs and places makes the held-out sentences used by
-the speech-recognition test. Every held-out sentence has its own name, number and verb, so a
+the speech-recognition test; no generated sentence holds one of those templates' frames
+(HELDOUT_FRAMES). Every held-out sentence has its own name, number and verb, so a
 recogniser's transcript tells them apart; no train sentence contains a held-out name, place or
 verb, and no held-out sentence is in train.
 
@@ -107,6 +112,22 @@ TRAIN_UNITS = [
     ("kilometers", 1, 900), ("miles", 1, 500), ("meters", 1, 3000), ("kilograms", 1, 250),
     ("liters", 1, 80), ("degrees", -20, 45), ("minutes", 2, 180), ("hours", 2, 72),
     ("percent", 1, 100), ("centimeters", 1, 300), ("grams", 5, 950), ("pounds", 1, 400),
+]
+TRAIN_ADJECTIVES = [
+    "new", "red", "blue", "green", "broken", "tiny", "heavy", "wooden", "shiny", "empty", "spare",
+    "warm", "cheap", "rusty", "fresh", "plastic", "silver", "yellow", "strange", "large", "small",
+    "round", "dusty", "clean", "antique", "ordinary", "famous", "useful", "expensive", "portable",
+]
+ADJECTIVE_ENDINGS = ("ous", "ful", "ive", "able", "ible", "less")
+TRAIN_ADVERBS = [
+    "carefully", "slowly", "quickly", "finally", "suddenly", "happily", "proudly", "nervously",
+    "gently", "secretly", "gladly", "calmly", "eagerly", "easily", "politely", "silently", "neatly",
+    "patiently", "cheerfully", "boldly", "hastily", "almost", "already", "also", "never", "often",
+    "once", "twice", "soon", "still", "probably",
+]
+TRAIN_SUBJECTS = [
+    "She", "He", "They", "We", "I", "My sister", "Our neighbor", "The teacher", "Her uncle",
+    "His grandmother", "The driver", "A stranger", "The children", "Everyone", "The new manager",
 ]
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
@@ -217,17 +238,20 @@ def money(rng):
 
 
 class SlotWords:
-    """What fills a generated sentence's name, place, object and verb slots: the lists above and,
-    given a dictionary's words (dictionary_words: none held out or blocked), half the time a word of
-    the dictionary of that kind (a capitalised word for a name, surname or place, a lower-case one
-    ending in -s for the objects and in -ed for the verb), so that the numbers, dates and names of
-    the sentence frames come with words no list names."""
+    """What fills a generated sentence's name, place, object, verb, adjective and adverb slots: the
+    lists above and, given a dictionary's words (dictionary_words: none held out or blocked), half
+    the time a word of the dictionary of that kind (a capitalised word for a name, surname or place,
+    a lower-case one ending in -s for the objects, in -ed for the verb, in ADJECTIVE_ENDINGS for
+    the adjective and in -ly for the adverb), so that the numbers, dates and names of the sentence
+    frames come with words no list names."""
 
     def __init__(self, dictionary=()):
         self.proper = [w for w in dictionary if w[0].isupper() and not w.endswith("s")]
         self.plurals = [w for w in dictionary if w.islower() and w.endswith("s") and not w.endswith("ss")
                         and len(w) >= 4]
         self.past = [w for w in dictionary if w.islower() and w.endswith("ed") and len(w) >= 5]
+        self.adjectives = [w for w in dictionary if w.islower() and w.endswith(ADJECTIVE_ENDINGS)]
+        self.adverbs = [w for w in dictionary if w.islower() and w.endswith("ly") and len(w) >= 6]
 
     def pick(self, rng, listed, opened):
         return rng.choice(opened) if opened and rng.random() < 0.5 else rng.choice(listed)
@@ -246,6 +270,12 @@ class SlotWords:
 
     def verb(self, rng):
         return self.pick(rng, TRAIN_VERBS_PAST, self.past)
+
+    def adjective(self, rng):
+        return self.pick(rng, TRAIN_ADJECTIVES, self.adjectives)
+
+    def adverb(self, rng):
+        return self.pick(rng, TRAIN_ADVERBS, self.adverbs)
 
 
 def full_name(rng, w):
@@ -286,6 +316,90 @@ TRAIN_TEMPLATES = [
     lambda r, w: f"Turn left after {r.randint(100, 900)} meters and walk to {w.place(r)} Street.",
     lambda r, w: f"The train to {w.place(r)} is {r.randint(2, 55)} minutes late.",
 ]
+
+# The held-out templates' own frames: no generated sentence holds one (the held-out sentences stay
+# new sentences in new frames, not new words in known ones).
+HELDOUT_FRAMES = ("yesterday evening", "beside the harbor", "before sunrise", "for the festival",
+                  "nobody expected")
+
+
+def composed_opening(r, w):
+    part = r.choice(["morning", "afternoon", "evening", "night"])
+    return r.choice([
+        lambda: r.choice(["Last night", "This morning", "After lunch", "Later that day", "At last",
+                          "Last week", "Every summer", "Once a year", "Meanwhile", "Luckily"]),
+        lambda: f"On {r.choice(WEEKDAYS)} {part}",
+        lambda: f"Early on {r.choice(WEEKDAYS)}",
+        lambda: f"{number_words(r.randint(2, 12)).capitalize()} days ago",
+        lambda: f"At {clock_time(r)}",
+        lambda: f"On {date_phrase(r)}",
+        lambda: f"Back in {r.randint(1950, 2030)}",
+        lambda: f"After the {r.choice(['storm', 'game', 'meeting', 'concert', 'holidays'])}",
+    ])()
+
+
+def composed_subject(r, w):
+    return r.choice([lambda: w.name(r), lambda: full_name(r, w), lambda: r.choice(TRAIN_SUBJECTS)])()
+
+
+def composed_quantity(r):
+    if r.random() < 0.15:
+        return r.choice(["a dozen", "several", "a few", "many", "some", "two hundred"])
+    return r.choice(["", "", "about ", "nearly ", "almost ", "at least ", "more than ", "only ",
+                     "over ", "just "]) + count_phrase(r)
+
+
+def composed_ending(r, w):
+    return r.choice([
+        lambda: "",
+        lambda: f" in {w.place(r)}",
+        lambda: f" near the {r.choice(['station', 'river', 'school', 'market', 'bridge', 'old mill'])}",
+        lambda: f" at {clock_time(r)}",
+        lambda: f" on {r.choice(WEEKDAYS)}",
+        lambda: f" on {date_phrase(r)}",
+        lambda: f" for {w.name(r)}",
+        lambda: f" with {full_name(r, w)}",
+        lambda: f" in {r.choice(MONTHS)}",
+        lambda: r.choice([" at home", " last week", " after dinner", " behind the house",
+                          " in the garden", " on the way back", " without a word"]),
+    ])()
+
+
+def composed_sentence(r, w):
+    """A sentence put together from parts — an opening, a subject, an adverb, a past verb, a
+    quantity, an adjective, the objects, an ending — in one of a few clause shapes, so that the
+    generated sentences' numbers and words come in many frames rather than the templates' few:
+    "On Friday evening, Quinton nervously packed about 45 rusty periscopes near the bridge." """
+    subject, verb = composed_subject(r, w), w.verb(r)
+    adverb = f"{w.adverb(r)} " if r.random() < 0.5 else ""
+    adjective = f"{w.adjective(r)} " if r.random() < 0.5 else ""
+    things = f"{composed_quantity(r)} {adjective}{w.objects(r)}"
+    shape = r.randrange(5)
+    if shape == 0:
+        text = f"{composed_opening(r, w)}, {subject} {adverb}{verb} {things}{composed_ending(r, w)}."
+    elif shape == 1:
+        text = f"{subject} {adverb}{verb} {things}{composed_ending(r, w)}."
+    elif shape == 2:
+        said = r.choice(["said", "wrote", "thought", "heard", "told us", "explained"])
+        text = f"{w.name(r)} {said} that {subject} {verb} {things}{composed_ending(r, w)}."
+    elif shape == 3:
+        text = f"Had {subject} {adverb}{verb} {things}{composed_ending(r, w)}?"
+    else:
+        text = f"{things} were {adverb}{verb}{composed_ending(r, w)}."
+    text = text.replace("  ", " ")
+    for pronoun in TRAIN_SUBJECTS:  # a subject inside the sentence is not capitalised
+        if pronoun != "I":
+            text = text.replace(f" {pronoun} ", f" {pronoun[0].lower()}{pronoun[1:]} ")
+    return text[0].upper() + text[1:]
+
+
+def generated_sentence(r, w):
+    """A generated sentence: half the time from TRAIN_TEMPLATES, half the time composed; never in
+    a held-out template's frame."""
+    while True:
+        text = r.choice(TRAIN_TEMPLATES)(r, w) if r.random() < 0.5 else composed_sentence(r, w)
+        if not any(frame in text.lower() for frame in HELDOUT_FRAMES):
+            return text
 
 
 def heldout_sentences(rng, count):
@@ -435,7 +549,7 @@ def build_corpus(seed=1, size=30000, heldout_count=48, fortunes_dir=DEFAULT_FORT
     attempts = 0
     while len(fortunes) + len(lists) + len(generated) < size and attempts < size * 20:
         attempts += 1
-        s = rng.choice(TRAIN_TEMPLATES)(rng, slots)
+        s = generated_sentence(rng, slots)
         if s not in seen and not mentions_heldout(s):
             seen.add(s)
             generated.append(s)
