@@ -941,10 +941,11 @@ def restore_optimizer(optimizer, model, tensors, device):
 
 def deepen(spec, tensors, layers):
     """``tensors`` (a checkpoint's "model/…" weights) of a backbone ``layers`` deep, grown from the
-    shallower one of ``spec`` (updated in place) so that it computes the same: old layer i stands at
-    new layers i * layers // old onwards, its first copy as it was, the later ones with their
-    residual outputs (attention's o_proj, the MLP's down_proj) zeroed, so that they add nothing
-    until training moves them. The AdamW moments are left out: they start afresh."""
+    shallower one of ``spec`` (updated in place) so that it computes the same: new layer n is a copy
+    of old layer n * old // layers (each layer doubled, for twice the layers), its first copy as it
+    was, the later ones with their residual outputs (attention's o_proj, the MLP's down_proj)
+    zeroed, so that they add nothing until training moves them. The AdamW moments are left out:
+    they start afresh."""
     old = spec["shape"]["num_hidden_layers"]
     if layers <= old:
         raise SystemExit(f"--num-hidden-layers {layers}: a resumed run of {old} layers can only grow deeper")
