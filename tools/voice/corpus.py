@@ -323,7 +323,7 @@ HELDOUT_FRAMES = ("yesterday evening", "beside the harbor", "before sunrise", "f
                   "nobody expected")
 
 
-def composed_opening(r, w):
+def composed_opening(r):
     part = r.choice(["morning", "afternoon", "evening", "night"])
     return r.choice([
         lambda: r.choice(["Last night", "This morning", "After lunch", "Later that day", "At last",
@@ -376,7 +376,7 @@ def composed_sentence(r, w):
     things = f"{composed_quantity(r)} {adjective}{w.objects(r)}"
     shape = r.randrange(5)
     if shape == 0:
-        text = f"{composed_opening(r, w)}, {subject} {adverb}{verb} {things}{composed_ending(r, w)}."
+        text = f"{composed_opening(r)}, {subject} {adverb}{verb} {things}{composed_ending(r, w)}."
     elif shape == 1:
         text = f"{subject} {adverb}{verb} {things}{composed_ending(r, w)}."
     elif shape == 2:
