@@ -48,6 +48,7 @@ GST_DEBUG_CATEGORY_STATIC (gst_gepard_lm_debug);
 #define DEFAULT_VOICE "default"
 #define DEFAULT_TEMPERATURE -1.0
 #define DEFAULT_TOP_K 0
+#define DEFAULT_REPETITION_PENALTY 1.0
 #define DEFAULT_CFG_SCALE -1.0
 #define DEFAULT_MAX_FRAMES 2000
 #define DEFAULT_FRAMES_PER_BUFFER 1
@@ -61,6 +62,7 @@ enum
   PROP_VOICE,
   PROP_TEMPERATURE,
   PROP_TOP_K,
+  PROP_REPETITION_PENALTY,
   PROP_CFG_SCALE,
   PROP_MAX_FRAMES,
   PROP_IGNORE_STOP,
@@ -97,6 +99,7 @@ struct _GstGepardLm
   char *voice;
   double temperature;
   int top_k;
+  double repetition_penalty;
   double cfg_scale;
   int max_frames;
   gboolean ignore_stop;
@@ -393,6 +396,7 @@ gst_gepard_lm_generate (GstGepardLm *self, const GArray *ids)
   if (self->temperature >= 0)
     sampling.temperature = (float)self->temperature;
   sampling.top_k = self->top_k;
+  sampling.repetition_penalty = (float)self->repetition_penalty;
   /* a negative scale keeps the one the model asks for (1, off, unless it names one) */
   sampling.cfg_scale
       = self->cfg_scale >= 0 ? (float)self->cfg_scale : gepard_engine_get_cfg_scale (self->engine);
@@ -725,6 +729,9 @@ gst_gepard_lm_set_property (GObject *object, guint prop_id, const GValue *value,
     case PROP_TOP_K:
       self->top_k = g_value_get_int (value);
       break;
+    case PROP_REPETITION_PENALTY:
+      self->repetition_penalty = g_value_get_double (value);
+      break;
     case PROP_CFG_SCALE:
       self->cfg_scale = g_value_get_double (value);
       break;
@@ -769,6 +776,9 @@ gst_gepard_lm_get_property (GObject *object, guint prop_id, GValue *value, GPara
       break;
     case PROP_TOP_K:
       g_value_set_int (value, self->top_k);
+      break;
+    case PROP_REPETITION_PENALTY:
+      g_value_set_double (value, self->repetition_penalty);
       break;
     case PROP_CFG_SCALE:
       g_value_set_double (value, self->cfg_scale);
@@ -878,6 +888,14 @@ gst_gepard_lm_class_init (GstGepardLmClass *klass)
                         0, 1024, DEFAULT_TOP_K,
                         G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (
+      gobject_class, PROP_REPETITION_PENALTY,
+      g_param_spec_double ("repetition-penalty", "Repetition penalty",
+                           "Makes a channel's codes of the last 32 frames less likely "
+                           "(gepard-model.md §3.4): a positive logit is divided by it, a negative "
+                           "one multiplied; 1 is off. Applies from the next sentence.",
+                           0.1, 10.0, DEFAULT_REPETITION_PENALTY,
+                           G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING));
+  g_object_class_install_property (
       gobject_class, PROP_CFG_SCALE,
       g_param_spec_double ("cfg-scale", "Text CFG scale",
                            "Text classifier-free guidance (gepard-model.md §3.4): 1 is off; above "
@@ -952,6 +970,7 @@ gst_gepard_lm_init (GstGepardLm *self)
   self->temperature = DEFAULT_TEMPERATURE;
   self->cfg_scale = DEFAULT_CFG_SCALE;
   self->top_k = DEFAULT_TOP_K;
+  self->repetition_penalty = DEFAULT_REPETITION_PENALTY;
   self->max_frames = DEFAULT_MAX_FRAMES;
   self->frames_per_buffer = DEFAULT_FRAMES_PER_BUFFER;
   self->seed = DEFAULT_SEED;

@@ -199,12 +199,13 @@ GST_START_TEST (test_seed_determinism)
 }
 GST_END_TEST;
 
-/* The greedy frames of turn[0] from `model` at text-CFG scale `cfg_scale`. */
+/* The greedy frames of turn[0] from `model` at text-CFG scale `cfg_scale` and repetition penalty
+ * `penalty`. */
 static GArray *
-greedy_frames (const char *model, double cfg_scale)
+greedy_frames_penalised (const char *model, double cfg_scale, double penalty)
 {
   GstHarness *h = lm_harness ("model", model, "temperature", 0.0, "cfg-scale", cfg_scale,
-                              "max-frames", 25, NULL);
+                              "repetition-penalty", penalty, "max-frames", 25, NULL);
   GArray *codes = g_array_new (FALSE, FALSE, sizeof (gint32));
   guint64 next = 0;
   fail_unless_equals_int (gst_harness_push (h, text_buffer (turn[0])), GST_FLOW_OK);
@@ -213,11 +214,32 @@ greedy_frames (const char *model, double cfg_scale)
   return codes;
 }
 
+static GArray *
+greedy_frames (const char *model, double cfg_scale)
+{
+  return greedy_frames_penalised (model, cfg_scale, 1.0);
+}
+
 static gboolean
 same_frames (const GArray *a, const GArray *b)
 {
   return a->len == b->len && memcmp (a->data, b->data, a->len * 4) == 0;
 }
+
+GST_START_TEST (test_repetition_penalty)
+{
+  GstHarness *h = lm_harness (NULL);
+  double penalty = 0;
+  g_object_get (h->element, "repetition-penalty", &penalty, NULL);
+  gst_harness_teardown (h);
+  fail_unless (penalty == 1.0, "the default penalty is %g, not 1 (off)", penalty);
+
+  /* the penalty reaches the engine: codes of the frames before lose their lead, even greedy */
+  g_autoptr (GArray) plain = greedy_frames (model_dir, 1.0);
+  g_autoptr (GArray) penalised = greedy_frames_penalised (model_dir, 1.0, 4.0);
+  fail_unless (!same_frames (plain, penalised));
+}
+GST_END_TEST;
 
 GST_START_TEST (test_cfg_scale)
 {
@@ -633,6 +655,7 @@ gepardlm_suite (void)
   tcase_add_test (tc, test_max_frames_bounds_each_sentence);
   tcase_add_test (tc, test_seed_determinism);
   tcase_add_test (tc, test_cfg_scale);
+  tcase_add_test (tc, test_repetition_penalty);
   tcase_add_test (tc, test_blank_sentences_skipped);
   tcase_add_test (tc, test_flush_cancels);
   tcase_add_test (tc, test_stop_mid_sentence);
