@@ -890,9 +890,10 @@ gst_gepard_lm_class_init (GstGepardLmClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_REPETITION_PENALTY,
       g_param_spec_double ("repetition-penalty", "Repetition penalty",
-                           "Makes a channel's codes of the last 32 frames less likely "
-                           "(gepard-model.md §3.4): a positive logit is divided by it, a negative "
-                           "one multiplied; 1 is off. Applies from the next sentence.",
+                           "Above 1 makes a channel's codes of the last 32 frames less likely, "
+                           "below 1 more (gepard-model.md §3.4: a positive logit is divided by "
+                           "it, a negative one multiplied); 1 is off. Applies from the next "
+                           "sentence.",
                            0.1, 10.0, DEFAULT_REPETITION_PENALTY,
                            G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING));
   g_object_class_install_property (
