@@ -371,25 +371,23 @@ def composed_sentence(r, w):
     generated sentences' numbers and words come in many frames rather than the templates' few:
     "On Friday evening, Quinton nervously packed about 45 rusty periscopes near the bridge." """
     subject, verb = composed_subject(r, w), w.verb(r)
+    # a subject inside the sentence is not capitalised, unless it is a name or "I"
+    inner = subject[0].lower() + subject[1:] if subject in TRAIN_SUBJECTS and subject != "I" else subject
     adverb = f"{w.adverb(r)} " if r.random() < 0.5 else ""
     adjective = f"{w.adjective(r)} " if r.random() < 0.5 else ""
     things = f"{composed_quantity(r)} {adjective}{w.objects(r)}"
     shape = r.randrange(5)
     if shape == 0:
-        text = f"{composed_opening(r)}, {subject} {adverb}{verb} {things}{composed_ending(r, w)}."
+        text = f"{composed_opening(r)}, {inner} {adverb}{verb} {things}{composed_ending(r, w)}."
     elif shape == 1:
         text = f"{subject} {adverb}{verb} {things}{composed_ending(r, w)}."
     elif shape == 2:
         said = r.choice(["said", "wrote", "thought", "heard", "told us", "explained"])
-        text = f"{w.name(r)} {said} that {subject} {verb} {things}{composed_ending(r, w)}."
+        text = f"{w.name(r)} {said} that {inner} {verb} {things}{composed_ending(r, w)}."
     elif shape == 3:
-        text = f"Had {subject} {adverb}{verb} {things}{composed_ending(r, w)}?"
+        text = f"Had {inner} {adverb}{verb} {things}{composed_ending(r, w)}?"
     else:
         text = f"{things} were {adverb}{verb}{composed_ending(r, w)}."
-    text = text.replace("  ", " ")
-    for pronoun in TRAIN_SUBJECTS:  # a subject inside the sentence is not capitalised
-        if pronoun != "I":
-            text = text.replace(f" {pronoun} ", f" {pronoun[0].lower()}{pronoun[1:]} ")
     return text[0].upper() + text[1:]
 
 
