@@ -58,6 +58,7 @@ def toy(tmp_path_factory):
         "LM_BATCH": "--max-tokens 3000 --max-batch 8", "LM_MINUTES": "0.15",
         "RECIPE_RESERVE_S": "5", "GPU_RECIPE_POLL_S": "1",
         "GPU_RECIPE_SEED": str(root / "seed"), "GPU_RECIPE_SNAPSHOT": str(root / "snapshot"),
+        "GPU_RECIPE_COMPILE_CACHE": str(root / "compile-cache"),
     })
     return root, env
 
@@ -99,7 +100,13 @@ def test_recipe_snapshot_exports_and_resumes(toy):
         assert shown.returncode == 0, shown.stderr
 
     # a fresh start seeded with the unpacked snapshot resumes the LM where it was and trains on, a
-    # variant forked from it beside it with an option of its own
+    # variant forked from it beside it with an option of its own; a compile cache kept here goes
+    # into the LM's run there and comes back with the snapshot (the LMs here run eager: it stays
+    # as it was), kept here again and not in the seed
+    kept = root / "compile-cache" / "lm" / "NVIDIA-H100-80GB-HBM3.bin"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(os.urandom(1000))
+    cache = kept.read_bytes()
     env = dict(env, LM_MINUTES="0.3", LM_VARIANTS="blank:--frame-blank 0.2", GPU_RECIPE_FORKS="blank",
                CODEC_TUNE_MINUTES="0.1", CODEC_TUNE_ARGS="--batch 2 --max-frames 8 --warmup 2 --save-minutes 0.05")
     second = gpu_recipe(env, root / "out2", "start", "6", "1")
@@ -108,6 +115,8 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert f"gpu-recipe: blank starts from lm at step {reached}" in second.stdout
     # on a corpus drawn anew for that step: sentences the LM has not read
     assert f"gpu-recipe: corpus seed {reached + 1}" in second.stdout
+    assert "gpu-recipe: lm compiles with the cache of NVIDIA-H100-80GB-HBM3.bin" in second.stdout
+    assert (root / "run" / "lm" / "compile-cache" / kept.name).read_bytes() == cache
     refused = gpu_recipe(env, root / "out3", "start", "6", "1")
     assert refused.returncode != 0
     assert "a recipe is running already" in refused.stderr
@@ -131,6 +140,12 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     hp = json.loads((snap / "lm-blank" / "checkpoint" / "state.json").read_text())["train"]
     assert (hp["frame_blank"], hp["text_dropout"]) == (0.2, 0.15)
     assert not (root / "seed" / "lm-blank").exists()
+    shutil.rmtree(root / "compile-cache")
+    assert gpu_recipe(env, root / "out2", "unpack", str(root / "out2")).returncode == 0
+    for name in ("lm", "lm-blank"):
+        assert (snap / name / "compile-cache" / kept.name).read_bytes() == cache
+        assert (root / "compile-cache" / name / kept.name).read_bytes() == cache
+    assert not (root / "seed" / "lm" / "compile-cache").exists()
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
     assert (root / "work" / "corpus" / "seed").read_text().strip() == str(reached + 1)
     # the tuned codec: only its decoder changed; its run is where the next start resumes it

@@ -466,6 +466,28 @@ def test_compiled_backbone_trains_the_same(data, tokenizer_json, tmp_path):
         assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-3)
 
 
+def test_compile_cache_serves_a_fresh_machine(data, tokenizer_json, tmp_path):
+    """--compile keeps torch.compile's work in RUN/compile-cache/DEVICE.bin: a run elsewhere that
+    starts with that file (and an empty torch cache of its own, as on a fresh machine) compiles
+    nothing, where the first run compiled every graph."""
+    counts = []
+    for name in ("first", "second"):
+        run = tmp_path / name
+        if name == "second":
+            shutil.copytree(tmp_path / "first" / lm.COMPILE_CACHE, run / lm.COMPILE_CACHE)
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"torch-cache-{name}"))
+        result = _run([sys.executable, SOURCE_DIR / "tools" / "voice" / "lm.py", "train", "--data",
+                       data / "codes.pt", "--run", run, "--preset", "tiny", "--tokenizer", tokenizer_json,
+                       "--steps", "2", "--max-tokens", "1500", "--eval-every", "0", "--threads", "1",
+                       "--device", "cpu", "--compile"], env=env, text=True)
+        assert result.returncode == 0, result.stderr
+        assert (run / lm.COMPILE_CACHE / "cpu.bin").stat().st_size > 0
+        line = next(line for line in result.stdout.splitlines() if line.startswith("compile: "))
+        counts.append([int(word) for word in line.split() if word.isdigit()])
+    assert counts[0][0] == 0 and counts[0][1] > 0, counts
+    assert counts[1] == [counts[0][1], 0], counts
+
+
 def test_checkpoint_round_trip(run_dir):
     """Weights and AdamW moments come back (in bf16) into a fresh model and optimizer."""
     state, tensors = lm.read_checkpoint(run_dir)

@@ -29,7 +29,11 @@
 # compares them with the main LM at equal training. Each LM is exported here from its slimmed run:
 # python3 tools/voice/lm.py export device-prefix/voice-run/lm MODEL_DIR. A tuning of the codec's
 # decoder (CODEC_TUNE_MINUTES) comes back as codec-tuned.ckpt, which the seed keeps and the next
-# start resumes, and once finished as codec-tuned.nemo. The recipe's own settings
+# start resumes, and once finished as codec-tuned.nemo. A compiled LM keeps torch.compile's work
+# for the host's kind of GPU in RUN/lm*/compile-cache (lm.py's CompileCache): the snapshot brings
+# it back, `unpack` keeps it in device-prefix/compile-cache/LM (GPU_RECIPE_COMPILE_CACHE;
+# git-ignored, not in the seed), and `start`, where that folder was carried too, puts it back into
+# each LM's run, so a fresh machine of a kind seen before compiles little. The recipe's own settings
 # (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass through the environment of `start`. Also:
 # GPU_RECIPE_RUN (RUN, default /tmp/voice-run), VOICE_WORK (the data, default /tmp/voice), OUT
 # (default build/gpu-recipe).
@@ -40,6 +44,7 @@ run=${GPU_RECIPE_RUN:-/tmp/voice-run}
 work=${VOICE_WORK:-/tmp/voice}
 seed=${GPU_RECIPE_SEED:-$PWD/models/voice-training}
 snapshot_dir=${GPU_RECIPE_SNAPSHOT:-$PWD/device-prefix/voice-run}
+compile_cache=${GPU_RECIPE_COMPILE_CACHE:-$PWD/device-prefix/compile-cache}
 out=${OUT:-$PWD/build/gpu-recipe}
 ended=$run.exit
 export VOICE_WORK=$work PYTHONUNBUFFERED=1
@@ -55,6 +60,13 @@ lm_runs() {
   for d in "$1"/lm "$1"/lm-*; do
     [ -f "$d/checkpoint/state.json" ] && echo "$d"
   done
+}
+
+# the compile cache kept for LM run $1 (if any) into its run: a fork has the main LM's already
+use_compile_cache() {
+  ls "$compile_cache/$1"/*.bin >/dev/null 2>&1 || return 0
+  mkdir -p "$run/$1/compile-cache" && cp "$compile_cache/$1"/*.bin "$run/$1/compile-cache/" || return 1
+  echo "gpu-recipe: $1 compiles with the cache of $(cd "$compile_cache/$1" && ls -- *.bin | tr '\n' ' ')"
 }
 
 running() { [ -e "$run.pid" ] && kill -0 "$(cat "$run.pid")" 2>/dev/null; }
@@ -82,6 +94,7 @@ start() {
   for d in "${runs[@]}"; do
     cp -r "$d" "$run/" || return 1
     echo "gpu-recipe: resuming $(basename "$d") at step $(step_of "$d")"
+    use_compile_cache "$(basename "$d")" || return 1
   done
   [ -s "$run/lm/tokenizer.json" ] && cp "$run/lm/tokenizer.json" "$run/tokenizer.json"
   if [ -z "${CORPUS_SEED:-}" ] && [ -f "$run/lm/checkpoint/state.json" ]; then
@@ -101,6 +114,7 @@ start() {
     fi
     cp -r "$run/lm" "$run/lm-$name" || return 1
     echo "gpu-recipe: $name starts from lm at step $(step_of "$run/lm")"
+    use_compile_cache "lm-$name" || return 1
   done
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   # checkpoints often enough that a lost machine costs little (a later --save-every in LM_ARGS wins)
@@ -133,6 +147,10 @@ snapshot() {
       rm -rf "${snap:?}/$name"
       sleep 2
     done
+    # each file is written by replacing: a copy is whole (one being written is *.partial)
+    if ls "$d"/compile-cache/*.bin >/dev/null 2>&1; then
+      mkdir -p "$snap/$name/compile-cache" && cp "$d"/compile-cache/*.bin "$snap/$name/compile-cache/"
+    fi
   done
   cp "$run/recipe.log" "$work"/*.out "$snap/logs/" 2>/dev/null
   # written by replacing: a copy is whole
@@ -176,9 +194,15 @@ unpack() {
   mapfile -t runs < <(lm_runs "$snapshot_dir")
   for d in "${runs[@]}"; do
     echo "gpu-recipe: $(basename "$d") at step $(step_of "$d") in $d"
+    if [ -d "$d/compile-cache" ]; then
+      mkdir -p "$compile_cache/$(basename "$d")" &&
+        cp "$d"/compile-cache/*.bin "$compile_cache/$(basename "$d")/" || return 1
+      echo "gpu-recipe: its compile cache is in $compile_cache/$(basename "$d") (carry it)"
+    fi
   done
   if [ -f "$snapshot_dir/lm/checkpoint/state.json" ]; then
-    rm -rf "$seed/lm" && mkdir -p "$seed" && cp -r "$snapshot_dir/lm" "$seed/" || return 1
+    rm -rf "$seed/lm" && mkdir -p "$seed" && cp -r "$snapshot_dir/lm" "$seed/" &&
+      rm -rf "$seed/lm/compile-cache" || return 1
     echo "gpu-recipe: the next start resumes it from $seed/lm"
   fi
   if [ -s "$snapshot_dir/codec-tuned.ckpt" ]; then

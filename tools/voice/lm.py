@@ -58,6 +58,7 @@ import math
 import os
 import pathlib
 import random
+import re
 import shutil
 import sys
 import time
@@ -853,6 +854,44 @@ def to_device(batch, device):
 
 # ---- checkpoints ---------------------------------------------------------------------------------
 
+COMPILE_CACHE = "compile-cache"
+
+
+class CompileCache:
+    """torch.compile's work for one kind of device (traced graphs, generated kernels) kept in
+    RUN/compile-cache/DEVICE.bin: loaded before the first compile and saved with every checkpoint,
+    so that the run, resumed on a fresh machine of the same kind, takes its kernels from the file
+    instead of compiling them again. A file that does not load is reported and compiled afresh."""
+
+    def __init__(self, run_dir, device):
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        self.path = pathlib.Path(run_dir) / COMPILE_CACHE / (re.sub(r"[^A-Za-z0-9.]+", "-", name) + ".bin")
+
+    def load(self):
+        if not self.path.exists():
+            return
+        info = torch.compiler.load_cache_artifacts(self.path.read_bytes())
+        if info is None:
+            print(f"compile cache {self.path} did not load (another torch?): compiling afresh", flush=True)
+        else:
+            print(f"compile cache: {sum(map(len, info.artifacts.values()))} artifacts from {self.path}", flush=True)
+
+    def save(self):
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is None:  # nothing compiled yet
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".partial")
+        partial.write_bytes(saved[0])
+        os.replace(partial, self.path)
+
+    @staticmethod
+    def counts():
+        """(graphs taken from a cache, graphs compiled) by this process so far."""
+        from torch._dynamo.utils import counters
+        return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+
+
 def save_checkpoint(run_dir, model, optimizer, state):
     """RUN/checkpoint/: state.json + bf16 shards (≤ SHARD_BYTES each), replaced atomically."""
     names = {p: n for n, p in model.named_parameters()}
@@ -1099,7 +1138,10 @@ def cmd_train(args):
                   f"again over {hp['warmup']} steps", flush=True)
         del tensors
 
+    compile_cache = None
     if args.compile:
+        compile_cache = CompileCache(run_dir, device)
+        compile_cache.load()
         # in place: the state dict keeps its names; shapes vary from batch to batch
         model.model.compile(dynamic=True)
     n_params = count_parameters(model)
@@ -1249,6 +1291,8 @@ def cmd_train(args):
                 break
         if args.save_every and time.time() - last_save > args.save_every * 60:
             save_checkpoint(run_dir, model, optimizer, snapshot())
+            if compile_cache:
+                compile_cache.save()
             last_save, saved_step = time.time(), step
 
     del feeder  # its worker stops
@@ -1260,6 +1304,9 @@ def cmd_train(args):
               f"try a lower --lr", file=sys.stderr, flush=True)
         return 1
     save_checkpoint(run_dir, model, optimizer, snapshot())
+    if compile_cache:
+        compile_cache.save()
+        print("compile: {} graphs from the cache, {} compiled".format(*CompileCache.counts()), flush=True)
     plan_text = f"{hp['minutes']:g} min" if hp.get("minutes") else f"{hp['steps']} steps"
     print(f"{'finished' if finished else 'stopped'} at step {step} ({trained_s / 60:.1f} min) of {plan_text}; "
           f"checkpoint in {run_dir / CHECKPOINT} ({time.time() - started:.0f} s)", flush=True)
@@ -1656,7 +1703,8 @@ def main(argv=None):
                    help="batches built ahead in a worker process; 0 builds each in the loop "
                         "(default: 4 on CUDA, 0 on the CPU)")
     t.add_argument("--compile", action="store_true",
-                   help="torch.compile the backbone (fused kernels, fewer launches; compiling takes a minute or two)")
+                   help="torch.compile the backbone (fused kernels, fewer launches; compiling takes a minute or "
+                        "two, or less on a machine whose kind of device RUN/compile-cache has seen)")
     t.add_argument("--log-every", type=int, default=100)
     t.add_argument("--eval-every", type=int, default=1000)
     t.add_argument("--profile-steps", type=int, default=0,

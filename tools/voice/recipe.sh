@@ -35,8 +35,9 @@
 # --frame-blank 0.3 --text-dropout 0.15": 40 % of the frames it reads are its own predictions, 30 %
 # are hidden from it, so that what they held must come from the text, and 15 % of the examples
 # read the empty text, for text-CFG; a later option wins), LM_COMPILE (--compile where nvidia-smi
-# lists a GPU, else nothing: lm.py's torch.compile of the backbone, ~3 minutes to compile and then
-# 1.8× the frames per second of eager on an H200; set it empty to train eager), LM_BATCH (the LM's
+# lists a GPU, else nothing: lm.py's torch.compile of the backbone, ~3 minutes to compile, less
+# with an LM run's compile-cache from that kind of GPU, and then 1.8× the frames per second of
+# eager on an H200; set it empty to train eager), LM_BATCH (the LM's
 # batch options, default "--max-tokens 96000 --max-batch 384": on a GPU the small LM is bound by
 # the host's work per step, an H200 ~10 % busy at lm.py's own defaults), SPEECH_LIMIT (synthesize
 # only that many train sentences: for a quick trial).
