@@ -197,7 +197,8 @@ unpack() {
     if [ -d "$d/compile-cache" ]; then
       mkdir -p "$compile_cache/$(basename "$d")" &&
         cp "$d"/compile-cache/*.bin "$compile_cache/$(basename "$d")/" || return 1
-      echo "gpu-recipe: its compile cache is in $compile_cache/$(basename "$d") (carry it)"
+      echo "gpu-recipe: its compile cache is in $compile_cache/$(basename "$d")" \
+        "($(du -sh "$d/compile-cache" | cut -f1); carry $compile_cache)"
     fi
   done
   if [ -f "$snapshot_dir/lm/checkpoint/state.json" ]; then
