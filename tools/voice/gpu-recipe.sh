@@ -190,15 +190,14 @@ unpack() {
   ls "$files"/voice-run.tar.part* >/dev/null || return 1
   rm -rf "$snapshot_dir" && mkdir -p "$snapshot_dir" || return 1
   cat "$files"/voice-run.tar.part* | tar -x -C "$snapshot_dir" || return 1
-  local d runs
+  local d runs kept
   mapfile -t runs < <(lm_runs "$snapshot_dir")
   for d in "${runs[@]}"; do
     echo "gpu-recipe: $(basename "$d") at step $(step_of "$d") in $d"
     if [ -d "$d/compile-cache" ]; then
-      mkdir -p "$compile_cache/$(basename "$d")" &&
-        cp "$d"/compile-cache/*.bin "$compile_cache/$(basename "$d")/" || return 1
-      echo "gpu-recipe: its compile cache is in $compile_cache/$(basename "$d")" \
-        "($(du -sh "$d/compile-cache" | cut -f1); carry $compile_cache)"
+      kept=$compile_cache/$(basename "$d")
+      mkdir -p "$kept" && cp "$d"/compile-cache/*.bin "$kept/" || return 1
+      echo "gpu-recipe: its compile cache is in $kept ($(du -sh "$d/compile-cache" | cut -f1); carry $compile_cache)"
     fi
   done
   if [ -f "$snapshot_dir/lm/checkpoint/state.json" ]; then
