@@ -14,11 +14,13 @@ Needs espeak-ng (scripts/lib.sh installs it), models/voice/codec.nemo and gepard
 $GEPARD_BUILD_DIR/tools (default <repo>/build).
 """
 
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -146,6 +148,15 @@ def test_recipe_snapshot_exports_and_resumes(toy):
         assert (snap / name / "compile-cache" / kept.name).read_bytes() == cache
         assert (root / "compile-cache" / name / kept.name).read_bytes() == cache
     assert not (root / "seed" / "lm" / "compile-cache").exists()
+    # one too large to come back from a call stays where it is, the weights come back alone
+    capped = gpu_recipe(dict(env, GPU_RECIPE_COMPILE_CACHE_MB="0"), root / "out5", "follow", "1")
+    assert capped.returncode == 0, capped.stderr
+    assert "gpu-recipe: lm's compile cache (" in capped.stdout and "too large to bring back" in capped.stdout
+    parts = b"".join(p.read_bytes() for p in sorted((root / "out5").glob("voice-run.tar.part*")))
+    with tarfile.open(fileobj=io.BytesIO(parts)) as tar:
+        names = tar.getnames()
+    assert any(n.endswith("checkpoint/state.json") for n in names)
+    assert not [n for n in names if "compile-cache" in n]
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
     assert (root / "work" / "corpus" / "seed").read_text().strip() == str(reached + 1)
     # the tuned codec: only its decoder changed; its run is where the next start resumes it

@@ -31,9 +31,11 @@
 # decoder (CODEC_TUNE_MINUTES) comes back as codec-tuned.ckpt, which the seed keeps and the next
 # start resumes, and once finished as codec-tuned.nemo. A compiled LM keeps torch.compile's work
 # for the host's kind of GPU in RUN/lm*/compile-cache (lm.py's CompileCache): the snapshot brings
-# it back, `unpack` keeps it in device-prefix/compile-cache/LM (GPU_RECIPE_COMPILE_CACHE;
-# git-ignored, not in the seed), and `start`, where that folder was carried too, puts it back into
-# each LM's run, so a fresh machine of a kind seen before compiles little. The recipe's own settings
+# it back while it is small (GPU_RECIPE_COMPILE_CACHE_MB, default 20; the 12-layer LM's 171 MB on
+# an H100 stay there), `unpack` keeps it in device-prefix/compile-cache/LM
+# (GPU_RECIPE_COMPILE_CACHE; git-ignored, not in the seed), and `start`, where that folder was
+# carried too, puts it back into each LM's run, so a fresh machine of a kind seen before compiles
+# little. The recipe's own settings
 # (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass through the environment of `start`. Also:
 # GPU_RECIPE_RUN (RUN, default /tmp/voice-run), VOICE_WORK (the data, default /tmp/voice), OUT
 # (default build/gpu-recipe).
@@ -148,8 +150,13 @@ snapshot() {
       sleep 2
     done
     # each file is written by replacing: a copy is whole (one being written is *.partial)
+    # only while small: what comes back from a call is limited (64 MiB), and the weights come first
     if ls "$d"/compile-cache/*.bin >/dev/null 2>&1; then
-      mkdir -p "$snap/$name/compile-cache" && cp "$d"/compile-cache/*.bin "$snap/$name/compile-cache/"
+      if [ "$(du -sm "$d/compile-cache" | cut -f1)" -le "${GPU_RECIPE_COMPILE_CACHE_MB:-20}" ]; then
+        mkdir -p "$snap/$name/compile-cache" && cp "$d"/compile-cache/*.bin "$snap/$name/compile-cache/"
+      else
+        echo "gpu-recipe: $name's compile cache ($(du -sh "$d/compile-cache" | cut -f1)) stays there: too large to bring back"
+      fi
     fi
   done
   cp "$run/recipe.log" "$work"/*.out "$snap/logs/" 2>/dev/null
