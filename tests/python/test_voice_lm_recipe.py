@@ -245,6 +245,26 @@ def test_resumed_run_takes_new_batches(run_dir, data, tmp_path, capsys):
     assert state["train"]["warmup"] == 4  # not given: kept
 
 
+def test_cooldown_brings_the_learning_rate_down_at_the_end(run_dir, data, tmp_path):
+    """--cooldown C: over the plan's last C steps the learning rate falls linearly towards 0; before
+    them it is the schedule's own. A resumed run may be given one."""
+    assert [lm.cooldown_factor(r, 4) for r in (9, 4, 3, 1, 0, -1)] == [1, 1, 0.75, 0.25, 0, 0]
+    assert lm.cooldown_factor(0.5, 0) == 1
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    end = TRAIN_STEPS + 4
+    assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(run), "--resume", "--steps", str(end),
+                    "--cooldown", "3", "--log-every", "1", "--eval-every", "0", "--threads", "1",
+                    "--device", "cpu"]) == 0
+    records = [json.loads(line) for line in (run / "train.log").read_text().splitlines()][-4:]
+    state = json.loads((run / lm.CHECKPOINT / "state.json").read_text())
+    assert state["train"]["cooldown"] == 3
+    peak, warmup = state["train"]["lr"], state["train"]["warmup"]
+    scheduled = [lm.learning_rate(s, peak, warmup, (s - warmup) / (end - warmup)) for s in range(TRAIN_STEPS, end)]
+    assert [r["lr"] for r in records] == pytest.approx([x * f for x, f in zip(scheduled, (1, 1, 2 / 3, 1 / 3))],
+                                                       rel=1e-9)
+
+
 def test_alignment_loss_prefers_a_walk_over_the_whole_utterance():
     """alignment_loss is low for a head that walks over the text tokens in order while the frames
     last, and higher for one that races through the text and stays on its last token, and high for

@@ -42,7 +42,8 @@ neighbouring level with probability P (see noisy_frames); with --own-frames P a 
 frames it reads are its own argmax predictions of them from a first pass (see own_frames); with
 --frame-blank P a share P of them are hidden (see blanked_frames); with --bpe-dropout P half the
 examples' texts are tokenized with BPE-dropout P (see bpe_dropout_variants); with --text-dropout
-P a share P of the examples read the empty text, for text-CFG (see training_examples). AdamW, bf16
+P a share P of the examples read the empty text, for text-CFG (see training_examples). AdamW (with
+--cooldown C the learning rate falls to 0 over the plan's last C minutes or steps), bf16
 autocast on CUDA, batches of similar length under a token budget (on CUDA built ahead in a
 worker process: see training_batches). RoPE uses bf16-rounded inv_freq in training as the engine
 does at inference (§1.5). A loss gone non-finite stops the run at its next log line with an error,
@@ -93,7 +94,8 @@ DEFAULT_STEPS = 40000
 # larger ones. align_layers "" means every layer but the first (see alignment_loss).
 BATCH_DEFAULTS = {"lr": 1e-3, "warmup": 1000, "max_tokens": 24000, "max_batch": 96,
                   "align_weight": 0.0, "align_layers": "", "text_gap": 0, "frame_noise": 0.0,
-                  "own_frames": 0.0, "frame_blank": 0.0, "bpe_dropout": 0.0, "text_dropout": 0.0}
+                  "own_frames": 0.0, "frame_blank": 0.0, "bpe_dropout": 0.0, "text_dropout": 0.0,
+                  "cooldown": 0.0}
 
 # §3.1 text repetition, as the published gepard_config.json has it
 TEXT_REPETITION = {"enabled": True, "target_text_tokens": 16, "apply_below": 13, "max_repeats": 8,
@@ -1033,6 +1035,15 @@ def learning_rate(step, peak, warmup, progress, floor=0.1):
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def cooldown_factor(remaining, cooldown):
+    """What the learning rate is multiplied by with ``remaining`` of the plan left (minutes or steps):
+    1 until the last ``cooldown`` of it, then falling linearly towards 0 at its end, so that a run
+    trained on long at its floor rate ends on weights that rate's noise does not blur."""
+    if cooldown <= 0:
+        return 1.0
+    return min(1.0, max(0.0, remaining / cooldown))
+
+
 # ---- train ---------------------------------------------------------------------------------------
 
 def cmd_train(args):
@@ -1244,6 +1255,8 @@ def cmd_train(args):
             batch = to_device(batch, device)
 
         lr = learning_rate(step, hp["lr"], hp["warmup"], progress())
+        lr *= cooldown_factor(hp["minutes"] - trained_s / 60 if hp.get("minutes") else hp["steps"] - step,
+                              hp["cooldown"])
         if rewarm_from is not None:
             lr *= min(1.0, (step - rewarm_from + 1) / hp["warmup"])
         for group in optimizer.param_groups:
@@ -1687,6 +1700,9 @@ def main(argv=None):
                         "training_examples)")
     t.add_argument("--frame-blank", type=float,
                    help="share of the read frames the model cannot see (default 0: off; see blanked_frames)")
+    t.add_argument("--cooldown", type=float,
+                   help="over the plan's last this many minutes (steps, planned in steps) the learning rate "
+                        "falls linearly towards 0 (default 0: off; see cooldown_factor)")
     t.add_argument("--max-frames", type=int, default=600, help="skip longer utterances (frames)")
     t.add_argument("--seed", type=int, default=1234)
     t.add_argument("--valid-count", type=int, default=64, help="utterances held back for validation loss")
