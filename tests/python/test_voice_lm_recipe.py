@@ -553,6 +553,34 @@ def test_slimmed_run_resumes_from_the_same_weights(run_dir, data, tmp_path, caps
     assert state["step"] == TRAIN_STEPS + 2
 
 
+def test_average_of_checkpoints(run_dir, data, tmp_path, capsys):
+    """average: the element-wise mean of one training's checkpoints, as a slimmed run of the last
+    that exports like any other; runs of another shape and a single run are refused."""
+    later = tmp_path / "later"
+    shutil.copytree(run_dir, later)
+    assert lm.main(["train", "--data", str(data / "codes.pt"), "--run", str(later), "--resume",
+                    "--steps", str(TRAIN_STEPS + 2), "--eval-every", "0", "--threads", "1", "--device", "cpu"]) == 0
+    mean = tmp_path / "mean"
+    assert lm.main(["average", str(run_dir), str(later), "--out", str(mean)]) == 0
+    (_, a), (b_state, b), (state, m) = (lm.read_checkpoint(r) for r in (run_dir, later, mean))
+    weights = sorted(k for k in b if k.startswith("model/"))
+    assert sorted(m) == weights
+    assert all(torch.equal(m[k], ((a[k].float() + b[k].float()) / 2).to(torch.bfloat16)) for k in weights)
+    assert any(not torch.equal(m[k], b[k]) for k in weights)
+    assert state["step"] == b_state["step"] == TRAIN_STEPS + 2
+    assert state["averaged_steps"] == [TRAIN_STEPS, TRAIN_STEPS + 2]
+    assert (mean / "tokenizer.json").read_bytes() == (run_dir / "tokenizer.json").read_bytes()
+    assert lm.main(["export", str(mean), str(tmp_path / "model")]) == 0
+    assert (tmp_path / "model" / "model.safetensors").is_file()
+
+    other = tmp_path / "other"
+    lm.write_checkpoint(other, {k: v for k, v in b.items() if k != weights[0]}, b_state)
+    for runs, message in (([str(run_dir), str(other)], "is not the same model"), ([str(run_dir)], "two runs or more"),
+                          ([str(run_dir), str(mean)], "writes a new run directory")):
+        with pytest.raises(SystemExit, match=message):
+            lm.main(["average", *runs, "--out", str(mean)])
+
+
 def test_deepened_run_computes_the_same_and_trains_on(run_dir, data, tmp_path, capsys):
     """--num-hidden-layers on a resumed run deepens it: each layer doubled, the copies' residual
     outputs zeroed, so that the model's outputs are exactly those of before; training goes on from

@@ -26,6 +26,8 @@ Steps (DATA/codes.pt comes from tools/voice/codec.py; RUN is a directory of your
     python3 tools/voice/lm.py slim RUN SLIM_RUN
         (RUN with its checkpoint's weights only: resumable, a third of the size, for carrying a run
          between machines; AdamW's moments start afresh when it resumes)
+    python3 tools/voice/lm.py average RUN_AT_STEP_A RUN_AT_STEP_B … --out RUN_MEAN
+        (the mean of one training's checkpoints, a slimmed run of the last: export it as any run)
     python3 tools/voice/lm.py sample models/gepard-default --text "Hello there." --output frames.safetensors
     build/tools/gepard-codec-tool decode CODEC frames.safetensors samples.safetensors
     build/tools/gepard-inspect model models/gepard-default
@@ -1403,6 +1405,47 @@ def cmd_slim(args):
     return 0
 
 
+def average_checkpoints(run_dirs, out_dir):
+    """The mean of the weights of runs of one model (checkpoints of one training, at several steps),
+    into OUT as a slimmed run of the last (its step, data order, tokenizer.json and train.log): a
+    training long at a steady learning rate wanders about a minimum, and the mean of where it was
+    lies nearer to it than any one of them."""
+    if len(run_dirs) < 2:
+        raise SystemExit("average needs two runs or more")
+    out = pathlib.Path(out_dir)
+    if any(out.resolve() == pathlib.Path(r).resolve() for r in run_dirs):
+        raise SystemExit("average writes a new run directory: give another OUT")
+    loaded = []
+    for run in run_dirs:
+        restored = read_checkpoint(run)
+        if restored is None:
+            raise SystemExit(f"{run} has no {CHECKPOINT}/")
+        loaded.append(restored)
+    tokenizers = {(pathlib.Path(r) / "tokenizer.json").read_bytes() for r in run_dirs
+                  if (pathlib.Path(r) / "tokenizer.json").exists()}
+    if len(tokenizers) > 1:
+        raise SystemExit("average: the runs have different tokenizers")
+    state, last = loaded[-1]
+    names = {k: v.shape for k, v in last.items() if k.startswith("model/")}
+    for run, (_, tensors) in zip(run_dirs, loaded):
+        shapes = {k: v.shape for k, v in tensors.items() if k.startswith("model/")}
+        if shapes != names:
+            raise SystemExit(f"average: {run} is not the same model as {run_dirs[-1]} (other weights or shapes)")
+    mean = {k: (sum(t[k].float() for _, t in loaded) / len(loaded)).to(last[k].dtype) for k in names}
+    out.mkdir(parents=True, exist_ok=True)
+    write_checkpoint(out, mean, dict(state, averaged_steps=[s["step"] for s, _ in loaded]))
+    for name in ("tokenizer.json", "train.log"):
+        if (pathlib.Path(run_dirs[-1]) / name).exists():
+            shutil.copyfile(pathlib.Path(run_dirs[-1]) / name, out / name)
+    print(f"{out}: the mean of steps {', '.join(str(s['step']) for s, _ in loaded)}, weights only")
+    return out
+
+
+def cmd_average(args):
+    average_checkpoints(args.runs, args.out)
+    return 0
+
+
 # ---- sample --------------------------------------------------------------------------------------
 
 def spec_from_export(model_dir):
@@ -1738,6 +1781,11 @@ def main(argv=None):
     m.add_argument("run", help="run directory")
     m.add_argument("out_run", help="the new run directory")
 
+    a = sub.add_parser("average", help="a run whose weights are the mean of several runs' (one training's "
+                                       "checkpoints)")
+    a.add_argument("runs", nargs="+", help="run directories, the last one's step and state kept")
+    a.add_argument("--out", required=True, help="the new run directory")
+
     s = sub.add_parser("sample", help="generate frames for a sentence (codes out)")
     s.add_argument("model", help="exported directory or run directory")
     s.add_argument("--text", help="the sentence")
@@ -1780,6 +1828,8 @@ def main(argv=None):
         return cmd_export(args)
     if args.command == "slim":
         return cmd_slim(args)
+    if args.command == "average":
+        return cmd_average(args)
     if not args.text and not args.ids:
         parser.error("sample needs --text or --ids")
     return cmd_sample(args)
