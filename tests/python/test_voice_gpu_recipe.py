@@ -60,7 +60,7 @@ def toy(tmp_path_factory):
         "LM_BATCH": "--max-tokens 3000 --max-batch 8", "LM_MINUTES": "0.15",
         "RECIPE_RESERVE_S": "5", "GPU_RECIPE_POLL_S": "1",
         "GPU_RECIPE_SEED": str(root / "seed"), "GPU_RECIPE_SNAPSHOT": str(root / "snapshot"),
-        "GPU_RECIPE_COMPILE_CACHE": str(root / "compile-cache"),
+        "GPU_RECIPE_COMPILE_CACHE": str(root / "compile-cache"), "GPU_RECIPE_STEPS": str(root / "lm-steps"),
     })
     return root, env
 
@@ -90,6 +90,7 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert (hp["text_dropout"], hp["own_frames"], hp["frame_blank"], hp["warmup"]) == (0.15, 0.4, 0.3, 2)
     assert (snap / "lm" / "tokenizer.json").is_file()
     assert step_of(root / "seed" / "lm") == reached
+    assert step_of(root / "lm-steps" / "lm" / f"{reached:06d}") == reached
 
     # the slimmed run exports to a checkpoint directory the C engine loads
     model = root / "model"
@@ -138,6 +139,13 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert gpu_recipe(env, root / "out2", "unpack", str(root / "out2")).returncode == 0
     assert step_of(snap / "lm") > reached
     assert step_of(root / "seed" / "lm") == step_of(snap / "lm")
+    # each step brought back is kept: the mean of the two is a run that exports
+    steps = sorted((root / "lm-steps" / "lm").iterdir())
+    assert [step_of(k) for k in steps] == [reached, step_of(snap / "lm")]
+    assert not (steps[-1] / "compile-cache").exists()
+    subprocess.run([sys.executable, str(SOURCE_DIR / "tools" / "voice" / "lm.py"), "average", *map(str, steps),
+                    "--out", str(root / "mean")], check=True, timeout=300)
+    assert step_of(root / "mean") == step_of(snap / "lm")
     assert step_of(snap / "lm-blank") > reached
     hp = json.loads((snap / "lm-blank" / "checkpoint" / "state.json").read_text())["train"]
     assert (hp["frame_blank"], hp["text_dropout"]) == (0.2, 0.15)

@@ -27,7 +27,9 @@
 # that, where the seed holds no run of their own, start as copies of the main LM's run: each trains
 # on from the same step and weights with its own options (--frame-blank 0.2, say), so one call
 # compares them with the main LM at equal training. Each LM is exported here from its slimmed run:
-# python3 tools/voice/lm.py export device-prefix/voice-run/lm MODEL_DIR. A tuning of the codec's
+# python3 tools/voice/lm.py export device-prefix/voice-run/lm MODEL_DIR. Every step brought back is
+# also kept, in device-prefix/lm-steps/LM/STEP (GPU_RECIPE_STEPS), for the mean of several:
+# python3 tools/voice/lm.py average device-prefix/lm-steps/lm/0* --out RUN. A tuning of the codec's
 # decoder (CODEC_TUNE_MINUTES) comes back as codec-tuned.ckpt, which the seed keeps and the next
 # start resumes, and once finished as codec-tuned.nemo. A compiled LM keeps torch.compile's work
 # for the host's kind of GPU in RUN/lm*/compile-cache (lm.py's CompileCache): the snapshot brings
@@ -47,6 +49,7 @@ work=${VOICE_WORK:-/tmp/voice}
 seed=${GPU_RECIPE_SEED:-$PWD/models/voice-training}
 snapshot_dir=${GPU_RECIPE_SNAPSHOT:-$PWD/device-prefix/voice-run}
 compile_cache=${GPU_RECIPE_COMPILE_CACHE:-$PWD/device-prefix/compile-cache}
+steps_dir=${GPU_RECIPE_STEPS:-$PWD/device-prefix/lm-steps}
 out=${OUT:-$PWD/build/gpu-recipe}
 ended=$run.exit
 export VOICE_WORK=$work PYTHONUNBUFFERED=1
@@ -201,6 +204,9 @@ unpack() {
   mapfile -t runs < <(lm_runs "$snapshot_dir")
   for d in "${runs[@]}"; do
     echo "gpu-recipe: $(basename "$d") at step $(step_of "$d") in $d"
+    # every step brought back, kept for lm.py average
+    kept=$steps_dir/$(basename "$d")/$(printf %06d "$(step_of "$d")")
+    rm -rf "$kept" && mkdir -p "$kept" && cp -r "$d"/. "$kept/" && rm -rf "$kept/compile-cache" || return 1
     if [ -d "$d/compile-cache" ]; then
       kept=$compile_cache/$(basename "$d")
       mkdir -p "$kept" && cp "$d"/compile-cache/*.bin "$kept/" || return 1
