@@ -553,7 +553,7 @@ def test_slimmed_run_resumes_from_the_same_weights(run_dir, data, tmp_path, caps
     assert state["step"] == TRAIN_STEPS + 2
 
 
-def test_average_of_checkpoints(run_dir, data, tmp_path, capsys):
+def test_average_of_checkpoints(run_dir, data, tmp_path):
     """average: the element-wise mean of one training's checkpoints, as a slimmed run of the last
     that exports like any other; runs of another shape and a single run are refused."""
     later = tmp_path / "later"

@@ -37,8 +37,8 @@
 # an H100 stay there), `unpack` keeps it in device-prefix/compile-cache/LM
 # (GPU_RECIPE_COMPILE_CACHE; git-ignored, not in the seed), and `start`, where that folder was
 # carried too, puts it back into each LM's run, so a fresh machine of a kind seen before compiles
-# little. The recipe's own settings
-# (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass through the environment of `start`. Also:
+# little. The recipe's own settings (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass through
+# the environment of `start`. Also:
 # GPU_RECIPE_RUN (RUN, default /tmp/voice-run), VOICE_WORK (the data, default /tmp/voice), OUT
 # (default build/gpu-recipe).
 set -uo pipefail
@@ -158,7 +158,8 @@ snapshot() {
       if [ "$(du -sm "$d/compile-cache" | cut -f1)" -le "${GPU_RECIPE_COMPILE_CACHE_MB:-20}" ]; then
         mkdir -p "$snap/$name/compile-cache" && cp "$d"/compile-cache/*.bin "$snap/$name/compile-cache/"
       else
-        echo "gpu-recipe: $name's compile cache ($(du -sh "$d/compile-cache" | cut -f1)) stays there: too large to bring back"
+        echo "gpu-recipe: $name's compile cache ($(du -sh "$d/compile-cache" | cut -f1)) stays there:" \
+          "too large to bring back"
       fi
     fi
   done
@@ -200,13 +201,14 @@ unpack() {
   ls "$files"/voice-run.tar.part* >/dev/null || return 1
   rm -rf "$snapshot_dir" && mkdir -p "$snapshot_dir" || return 1
   cat "$files"/voice-run.tar.part* | tar -x -C "$snapshot_dir" || return 1
-  local d runs kept
+  local d runs kept at_step
   mapfile -t runs < <(lm_runs "$snapshot_dir")
   for d in "${runs[@]}"; do
     echo "gpu-recipe: $(basename "$d") at step $(step_of "$d") in $d"
     # every step brought back, kept for lm.py average
-    kept=$steps_dir/$(basename "$d")/$(printf %06d "$(step_of "$d")")
-    rm -rf "$kept" && mkdir -p "$kept" && cp -r "$d"/. "$kept/" && rm -rf "$kept/compile-cache" || return 1
+    at_step=$steps_dir/$(basename "$d")/$(printf %06d "$(step_of "$d")")
+    rm -rf "$at_step" && mkdir -p "$at_step" && cp -r "$d"/. "$at_step/" && rm -rf "$at_step/compile-cache" ||
+      return 1
     if [ -d "$d/compile-cache" ]; then
       kept=$compile_cache/$(basename "$d")
       mkdir -p "$kept" && cp "$d"/compile-cache/*.bin "$kept/" || return 1
