@@ -141,7 +141,7 @@ progress() {
 }
 
 snapshot() {
-  local snap=$run.snapshot d name runs
+  local snap=$run.snapshot d name runs size
   rm -rf "$snap" && mkdir -p "$snap/logs" "$out" || return 1
   mapfile -t runs < <(lm_runs "$run")
   for d in "${runs[@]}"; do
@@ -155,11 +155,11 @@ snapshot() {
     # each file is written by replacing: a copy is whole (one being written is *.partial)
     # only while small: what comes back from a call is limited (64 MiB), and the weights come first
     if ls "$d"/compile-cache/*.bin >/dev/null 2>&1; then
-      if [ "$(du -sm "$d/compile-cache" | cut -f1)" -le "${GPU_RECIPE_COMPILE_CACHE_MB:-20}" ]; then
+      size=$(du -sm "$d/compile-cache" | cut -f1)
+      if [ "$size" -le "${GPU_RECIPE_COMPILE_CACHE_MB:-20}" ]; then
         mkdir -p "$snap/$name/compile-cache" && cp "$d"/compile-cache/*.bin "$snap/$name/compile-cache/"
       else
-        echo "gpu-recipe: $name's compile cache ($(du -sh "$d/compile-cache" | cut -f1)) stays there:" \
-          "too large to bring back"
+        echo "gpu-recipe: $name's compile cache (${size}M) stays there: too large to bring back"
       fi
     fi
   done
@@ -201,16 +201,17 @@ unpack() {
   ls "$files"/voice-run.tar.part* >/dev/null || return 1
   rm -rf "$snapshot_dir" && mkdir -p "$snapshot_dir" || return 1
   cat "$files"/voice-run.tar.part* | tar -x -C "$snapshot_dir" || return 1
-  local d runs kept at_step
+  local d runs name step kept at_step
   mapfile -t runs < <(lm_runs "$snapshot_dir")
   for d in "${runs[@]}"; do
-    echo "gpu-recipe: $(basename "$d") at step $(step_of "$d") in $d"
+    name=$(basename "$d") step=$(step_of "$d")
+    echo "gpu-recipe: $name at step $step in $d"
     # every step brought back, kept for lm.py average
-    at_step=$steps_dir/$(basename "$d")/$(printf %06d "$(step_of "$d")")
+    at_step=$steps_dir/$name/$(printf %06d "$step")
     rm -rf "$at_step" && mkdir -p "$at_step" && cp -r "$d"/. "$at_step/" && rm -rf "$at_step/compile-cache" ||
       return 1
     if [ -d "$d/compile-cache" ]; then
-      kept=$compile_cache/$(basename "$d")
+      kept=$compile_cache/$name
       mkdir -p "$kept" && cp "$d"/compile-cache/*.bin "$kept/" || return 1
       echo "gpu-recipe: its compile cache is in $kept ($(du -sh "$d/compile-cache" | cut -f1); carry $compile_cache)"
     fi

@@ -959,6 +959,14 @@ def read_checkpoint(run_dir):
     return state, tensors
 
 
+def read_run_checkpoint(run_dir):
+    """read_checkpoint of a run that must have one: exits with a message where there is none."""
+    restored = read_checkpoint(run_dir)
+    if restored is None:
+        raise SystemExit(f"{run_dir} has no {CHECKPOINT}/")
+    return restored
+
+
 def load_model_weights(model, tensors, prefix=""):
     own = model.state_dict()
     weights = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
@@ -1336,10 +1344,7 @@ def export_checkpoint(run_dir, out_dir, cfg_scale=1.0):
     text-CFG scale (§3.4) the engine speaks the model with unless told otherwise."""
     from safetensors.torch import save_file
 
-    restored = read_checkpoint(run_dir)
-    if restored is None:
-        raise SystemExit(f"{run_dir} has no {CHECKPOINT}/")
-    state, tensors = restored
+    state, tensors = read_run_checkpoint(run_dir)
     spec = state["model"]
     model = build_model(spec)
     load_model_weights(model, tensors, "model/")
@@ -1378,23 +1383,25 @@ def cmd_export(args):
     return 0
 
 
+def copy_run_files(run_dir, out):
+    """A run's tokenizer.json and train.log, where it has them, into the run directory OUT."""
+    for name in ("tokenizer.json", "train.log"):
+        if (pathlib.Path(run_dir) / name).exists():
+            shutil.copyfile(pathlib.Path(run_dir) / name, pathlib.Path(out) / name)
+
+
 def slim_checkpoint(run_dir, out_dir):
     """RUN/checkpoint without AdamW's moments (2 bytes a parameter instead of 6), into OUT with
     RUN's tokenizer.json and train.log: a run that carries across machines under a size limit.
     Resuming it continues from the same weights, step and data order; AdamW's moments start afresh
     (restore_optimizer leaves the parameters without them to the optimizer's first step)."""
-    restored = read_checkpoint(run_dir)
-    if restored is None:
-        raise SystemExit(f"{run_dir} has no {CHECKPOINT}/")
-    state, tensors = restored
+    state, tensors = read_run_checkpoint(run_dir)
     out = pathlib.Path(out_dir)
     if out.resolve() == pathlib.Path(run_dir).resolve():
         raise SystemExit("slim writes a new run directory: give another OUT")
     out.mkdir(parents=True, exist_ok=True)
     write_checkpoint(out, {k: v for k, v in tensors.items() if k.startswith("model/")}, state)
-    for name in ("tokenizer.json", "train.log"):
-        if (pathlib.Path(run_dir) / name).exists():
-            shutil.copyfile(pathlib.Path(run_dir) / name, out / name)
+    copy_run_files(run_dir, out)
     size = sum(f.stat().st_size for f in (out / CHECKPOINT).iterdir())
     print(f"{out}: step {state['step']}, weights only, {size / 2**20:.1f} MiB")
     return out
@@ -1415,12 +1422,7 @@ def average_checkpoints(run_dirs, out_dir):
     out = pathlib.Path(out_dir)
     if any(out.resolve() == pathlib.Path(r).resolve() for r in run_dirs):
         raise SystemExit("average writes a new run directory: give another OUT")
-    loaded = []
-    for run in run_dirs:
-        restored = read_checkpoint(run)
-        if restored is None:
-            raise SystemExit(f"{run} has no {CHECKPOINT}/")
-        loaded.append(restored)
+    loaded = [read_run_checkpoint(run) for run in run_dirs]
     tokenizers = {(pathlib.Path(r) / "tokenizer.json").read_bytes() for r in run_dirs
                   if (pathlib.Path(r) / "tokenizer.json").exists()}
     if len(tokenizers) > 1:
@@ -1434,9 +1436,7 @@ def average_checkpoints(run_dirs, out_dir):
     mean = {k: (sum(t[k].float() for _, t in loaded) / len(loaded)).to(last[k].dtype) for k in names}
     out.mkdir(parents=True, exist_ok=True)
     write_checkpoint(out, mean, dict(state, averaged_steps=[s["step"] for s, _ in loaded]))
-    for name in ("tokenizer.json", "train.log"):
-        if (pathlib.Path(run_dirs[-1]) / name).exists():
-            shutil.copyfile(pathlib.Path(run_dirs[-1]) / name, out / name)
+    copy_run_files(run_dirs[-1], out)
     print(f"{out}: the mean of steps {', '.join(str(s['step']) for s, _ in loaded)}, weights only")
     return out
 
