@@ -489,17 +489,18 @@ def test_compiled_backbone_trains_the_same(data, tokenizer_json, tmp_path):
 def test_compile_cache_serves_a_fresh_machine(data, tokenizer_json, tmp_path):
     """--compile keeps torch.compile's work in RUN/compile-cache/DEVICE.bin: a run elsewhere that
     starts with that file (and an empty torch cache of its own, as on a fresh machine) compiles
-    nothing, where the first run compiled every graph."""
+    nothing, where the first run compiled every graph; even a run twice as deep, as each layer is
+    compiled alone and all of them run one code."""
     counts = []
-    for name in ("first", "second"):
+    for name, layers in (("first", "2"), ("second", "4")):
         run = tmp_path / name
         if name == "second":
             shutil.copytree(tmp_path / "first" / lm.COMPILE_CACHE, run / lm.COMPILE_CACHE)
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"torch-cache-{name}"))
         result = _run([sys.executable, SOURCE_DIR / "tools" / "voice" / "lm.py", "train", "--data",
                        data / "codes.pt", "--run", run, "--preset", "tiny", "--tokenizer", tokenizer_json,
-                       "--steps", "2", "--max-tokens", "1500", "--eval-every", "0", "--threads", "1",
-                       "--device", "cpu", "--compile"], env=env, text=True)
+                       "--num-hidden-layers", layers, "--steps", "2", "--max-tokens", "1500", "--eval-every", "0",
+                       "--threads", "1", "--device", "cpu", "--compile"], env=env, text=True)
         assert result.returncode == 0, result.stderr
         assert (run / lm.COMPILE_CACHE / "cpu.bin").stat().st_size > 0
         line = next(line for line in result.stdout.splitlines() if line.startswith("compile: "))

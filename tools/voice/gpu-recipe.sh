@@ -33,8 +33,8 @@
 # decoder (CODEC_TUNE_MINUTES) comes back as codec-tuned.ckpt, which the seed keeps and the next
 # start resumes, and once finished as codec-tuned.nemo. A compiled LM keeps torch.compile's work
 # for the host's kind of GPU in RUN/lm*/compile-cache (lm.py's CompileCache): the snapshot brings
-# it back while it is small (GPU_RECIPE_COMPILE_CACHE_MB, default 20; the 12-layer LM's 171 MB on
-# an H100 stay there), `unpack` keeps it in device-prefix/compile-cache/LM
+# it back while it is small (GPU_RECIPE_COMPILE_CACHE_MB, default 20; the 171 MB of a 12-layer
+# backbone compiled as one graph stayed there), `unpack` keeps it in device-prefix/compile-cache/LM
 # (GPU_RECIPE_COMPILE_CACHE; git-ignored, not in the seed), and `start`, where that folder was
 # carried too, puts it back into each LM's run, so a fresh machine of a kind seen before compiles
 # little. The recipe's own settings (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass through

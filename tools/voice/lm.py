@@ -1163,8 +1163,11 @@ def cmd_train(args):
     if args.compile:
         compile_cache = CompileCache(run_dir, device)
         compile_cache.load()
-        # in place: the state dict keeps its names; shapes vary from batch to batch
-        model.model.compile(dynamic=True)
+        # each decoder layer in place, not the backbone as one graph: the layers run one code, so
+        # dynamo compiles it once for them all and compiling takes as long at any depth (the
+        # state dict keeps its names; shapes vary from batch to batch)
+        for layer in model.model.layers:
+            layer.compile(dynamic=True)
     n_params = count_parameters(model)
     frames_total = sum(u.codes.shape[0] for u in train_set)
     print(f"model: {n_params / 1e6:.2f} M parameters ({n_params * 2 / 2**20:.1f} MiB in bf16); "
@@ -1762,8 +1765,9 @@ def main(argv=None):
                    help="batches built ahead in a worker process; 0 builds each in the loop "
                         "(default: 4 on CUDA, 0 on the CPU)")
     t.add_argument("--compile", action="store_true",
-                   help="torch.compile the backbone (fused kernels, fewer launches; compiling takes a minute or "
-                        "two, or less on a machine whose kind of device RUN/compile-cache has seen)")
+                   help="torch.compile the backbone's layers (fused kernels, fewer launches; compiling one layer "
+                        "serves them all and takes a minute or two, or less on a machine whose kind of "
+                        "device RUN/compile-cache has seen)")
     t.add_argument("--log-every", type=int, default=100)
     t.add_argument("--eval-every", type=int, default=1000)
     t.add_argument("--profile-steps", type=int, default=0,

@@ -35,12 +35,13 @@
 # --frame-blank 0.3 --text-dropout 0.15": 40 % of the frames it reads are its own predictions, 30 %
 # are hidden from it, so that what they held must come from the text, and 15 % of the examples
 # read the empty text, for text-CFG; a later option wins), LM_COMPILE (--compile where nvidia-smi
-# lists a GPU, else nothing: lm.py's torch.compile of the backbone, ~3 minutes to compile, less
-# with an LM run's compile-cache from that kind of GPU, and then 1.8× the frames per second of
-# eager on an H200; set it empty to train eager), LM_BATCH (the LM's
-# batch options, default "--max-tokens 96000 --max-batch 384": on a GPU the small LM is bound by
-# the host's work per step, an H200 ~10 % busy at lm.py's own defaults), SPEECH_LIMIT (synthesize
-# only that many train sentences: for a quick trial).
+# lists a GPU, else nothing: lm.py's torch.compile of the backbone's layers, ~1.3 minutes to
+# compile on an H100 at any depth, less with an LM run's compile-cache from that kind of GPU; the
+# backbone compiled as one graph trained at 1.8× the frames per second of eager on an H200; set it
+# empty to train eager), LM_BATCH (the LM's batch options, default "--max-tokens 96000
+# --max-batch 384": on a GPU the small LM is bound by the host's work per step, an H200 ~10 % busy
+# at lm.py's own defaults), SPEECH_LIMIT (synthesize only that many train sentences: for a quick
+# trial).
 # espeak-ng, the fortunes and the dictionary come from tools/voice/espeak-prefix.sh where the host
 # lacks them. CORPUS_ARGS: corpus.py's options (default "--size 90000 --word-lists 30000": 14200
 # fortunes, 45800 generated, 30000 word lists. On corpus.py's own 30000 sentences an LM of 15
