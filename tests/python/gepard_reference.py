@@ -245,15 +245,20 @@ class GepardReference:
             raise ValueError("a code is outside its channel's level range")
         return t
 
-    def frame_embed(self, frames):
-        """§3.5: 32 lookups → concat → Linear+b → exact GELU → Linear+b → LayerNorm (eps 1e-5, no
-        affine) → × audio_embed_scale. frames [F, 32] → [F, H] bf16."""
+    def frame_embed_pre_norm(self, frames):
+        """§3.5 up to the LayerNorm: 32 lookups → concat → Linear+b → exact GELU → Linear+b, the b
+        the LayerNorm normalizes. frames [F, 32] → [F, H] bf16."""
         codes = self._tensor_codes(frames)
         x = torch.cat([self.audio_embeddings[i][codes[:, i]] for i in range(self.cfg.n_heads)], dim=-1)
         w0, b0, w2, b2 = self.embed_proj
         a = self.linear(x, w0, b0)
         g = F.gelu(a)  # approximate='none': the erf form
-        b = self.linear(g, w2, b2)
+        return self.linear(g, w2, b2)
+
+    def frame_embed(self, frames):
+        """§3.5: frame_embed_pre_norm → LayerNorm (eps 1e-5, no affine) → × audio_embed_scale.
+        frames [F, 32] → [F, H] bf16."""
+        b = self.frame_embed_pre_norm(frames)
         n = F.layer_norm(b, (b.shape[-1],), eps=1e-5)
         return n * self.audio_embed_scale
 

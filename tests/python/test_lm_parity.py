@@ -19,7 +19,9 @@ implementations differ at the level of bf16 rounding noise everywhere, about 1 %
   * the reference against itself with every GEMM done in fp32 and rounded once (`spec_forward`,
     `f32_gemm=True`, i.e. the C scheme) and the compressor attention as fp32 math: hidden states
     and head logits 0.013 / 0.011 on the same input, frame_embeds 0.0013, prefix 0.015;
-  * the C CPU backend: frame_embeds ≤ 0.005 (≥ 99.7 % bit-identical); prefix ≤ 0.016 (the C
+  * the C CPU backend: frame_embeds ≤ 0.005 (≥ 99.7 % bit-identical), but 0.0109 at seed
+    1803012600, where one element of the LayerNorm's input rounds to the other side of a midpoint
+    (bound: _frame_embeds_flip_bound, 0.011-0.013 of max|frame_embeds|); prefix ≤ 0.016 (the C
     compressor is bit-identical to fp32 attention math; torch's SDPA rounds exp(s − max) to bf16
     before P·V, as flash attention does); hidden states and head logits on the same prefix input
     ≤ 0.026 / 0.015 (tiny with 6 layers; ≤ 0.015 / 0.009 for the 2-layer gepard-1.0 shape,
@@ -68,7 +70,7 @@ SEED = int(os.environ.get("GEPARD_TEST_SEED") or random.SystemRandom().randrange
 print(f"\ntest_lm_parity: seed {SEED} (GEPARD_TEST_SEED={SEED} repeats it), reference on {DEVICE}")
 
 # ---- tolerances (see the module docstring for the measurements behind them) ----------------------
-TOL_FRAME_EMBEDS = 0.01     # max rel
+TOL_FRAME_EMBEDS = 0.01     # max rel, or one flip of the LayerNorm's input (_frame_embeds_flip_bound)
 # A shallow chain: the C side is bit-identical on ≥ 99.7 % of the elements (measured). The tanh
 # GELU instead of erf stays under 0.01 max rel but leaves only 72-79 % identical, hence:
 MIN_EXACT_FRAME_EMBEDS = 0.9
@@ -206,6 +208,30 @@ def measure(c, r):
     }
 
 
+def _bf16_ulp(x):
+    """The spacing of bf16 values at |x| > 0: 8 significant bits."""
+    return np.exp2(np.floor(np.log2(np.abs(x))) - 7)
+
+
+def _frame_embeds_flip_bound(ckpt, frames):
+    """The largest |Δ| in frame_embeds that one bf16 flip of the LayerNorm's input b explains.
+
+    b is rounded to bf16 after an fp32 sum of 1024 products; where its exact value lies next to a
+    rounding midpoint, another summation order (or a one-ulp flip upstream) rounds it to the
+    neighbouring bf16 value, one ulp of b away: two ulps of the smaller binade where b sits at a
+    power of two. The LayerNorm carries that ulp to n divided by σ of b's row, times
+    audio_embed_scale, and the output's own rounding adds one ulp of it. With |b| up to 2.25 and σ
+    0.69 this is 0.0118 of max|frame_embeds| (seed 1803012600: b = −2.0078 exact, −2.0 in the
+    reference and −2.0156 in C, 2 ulps of the output); a systematic error (the tanh GELU, another
+    eps) shows in the fraction of bit-identical elements instead."""
+    r = ref.load_reference(ckpt, DEVICE)
+    b = r.frame_embed_pre_norm(frames).float().cpu().numpy().astype(np.float64)
+    scale = abs(float(r.audio_embed_scale.float()))
+    flip = float(np.max(_bf16_ulp(np.abs(b).max(axis=-1)) / b.std(axis=-1))) * scale
+    e = r.frame_embed(frames).float().cpu().numpy()
+    return flip + float(_bf16_ulp(np.abs(e).max()))
+
+
 def record(model_name, case, tensor, m, tol):
     ERROR_TABLE.append((model_name, case, tensor, m["max_abs"], m["max_rel"], m["rms_rel"],
                         m["exact"], m["ulp1"], f"{tol:.3g}" if tol is not None else "-"))
@@ -326,9 +352,10 @@ def test_lm_parity(c_lm, model, prefix_mode, inv_freq, tmp_path):
         assert c[key].shape == r[key].shape, f"{where}: {key} {c[key].shape} vs {r[key].shape}"
 
     m = measure(c["frame_embeds"], r["frame_embeds"])
-    record(name, case, "frame_embeds", m, TOL_FRAME_EMBEDS)
-    assert m["max_rel"] <= TOL_FRAME_EMBEDS and m["exact"] >= MIN_EXACT_FRAME_EMBEDS, (
-        f"{where}: frame_embeds {m}")
+    e_max = float(np.max(np.abs(r["frame_embeds"])))
+    tol = max(TOL_FRAME_EMBEDS, _frame_embeds_flip_bound(ckpt, frames) / e_max)
+    record(name, case, "frame_embeds", m, tol)
+    assert m["max_rel"] <= tol and m["exact"] >= MIN_EXACT_FRAME_EMBEDS, f"{where}: frame_embeds {m}"
 
     if "prefix" in r:
         m = measure(c["prefix"], r["prefix"])
