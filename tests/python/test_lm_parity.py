@@ -216,14 +216,14 @@ def _bf16_ulp(x):
 def _frame_embeds_flip_bound(ckpt, frames):
     """The largest |Δ| in frame_embeds that one bf16 flip of the LayerNorm's input b explains.
 
-    b is rounded to bf16 after an fp32 sum of 1024 products; where its exact value lies next to a
-    rounding midpoint, another summation order (or a one-ulp flip upstream) rounds it to the
+    b is rounded to bf16 after an fp32 sum over the hidden size; where its exact value lies next to
+    a rounding midpoint, another summation order (or a one-ulp flip upstream) rounds it to the
     neighbouring bf16 value, one ulp of b away: two ulps of the smaller binade where b sits at a
     power of two. The LayerNorm carries that ulp to n divided by σ of b's row, times
-    audio_embed_scale, and the output's own rounding adds one ulp of it. With |b| up to 2.25 and σ
-    0.69 this is 0.0118 of max|frame_embeds| (seed 1803012600: b = −2.0078 exact, −2.0 in the
-    reference and −2.0156 in C, 2 ulps of the output); a systematic error (the tanh GELU, another
-    eps) shows in the fraction of bit-identical elements instead."""
+    audio_embed_scale, and the output's own rounding adds one ulp of it. Seed 1803012600: b =
+    −2.0078 exact is −2.0 in the reference and −2.0156 in C, 2 ulps of the output apart, 0.0109 of
+    max|frame_embeds| against this bound's 0.0127 (|b| up to 2.3, σ 0.6-0.7). A systematic error
+    (the tanh GELU, another eps) shows in the fraction of bit-identical elements instead."""
     r = ref.load_reference(ckpt, DEVICE)
     b = r.frame_embed_pre_norm(frames).float().cpu().numpy().astype(np.float64)
     scale = abs(float(r.audio_embed_scale.float()))
