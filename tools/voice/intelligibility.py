@@ -17,7 +17,9 @@ gst-launch-1.0 (wavparse ! audioconvert ! audioresample) before decoding.
     python3 tools/voice/intelligibility.py CORPUS_DIR/heldout.jsonl WAV_DIR
     python3 tools/voice/intelligibility.py CORPUS_DIR/heldout.jsonl WAV_DIR --model MODEL [--voice V]
 
-reads WAV_DIR/<id>.wav for each sentence, prints each transcript that missed and the accuracy.
+reads WAV_DIR/<id>.wav for each sentence, prints each transcript that missed and the accuracy;
+--word-error-rate adds a finer measure, the words missed when any sequence of the candidates' words
+may be heard (espeak-ng's own reading by the default speaker: 40 %; see word_error_rate).
 With --model, the recordings are first made there by Gepard's elements in a real pipeline,
 
     gepardtextsrc ! gepardlm model=MODEL voice=V ! gepardcodec model=MODEL ! audioconvert
@@ -253,6 +255,20 @@ def score(wavs, sentences):
     return len(sentences) - len(misses), misses
 
 
+def word_error_rate(wavs, sentences):
+    """The share of the sentences' words that pocketsphinx gets wrong when it may hear any sequence
+    of the candidates' words (word_grammar; word edit distance over the words of all): finer than
+    score's forced choice, which a blurred reading still passes while it is nearer its own sentence
+    than any other. A recording with no transcript counts all its words wrong."""
+    transcripts = recognize(wavs, word_grammar(sentences))
+    errors = words = 0
+    for i, sentence in enumerate(sentences):
+        said = spoken_words(sentence)
+        errors += edit_distance(transcripts.get(i, []), said)
+        words += len(said)
+    return errors / words
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("heldout", help="heldout.jsonl of tools/voice/corpus.py")
@@ -265,6 +281,8 @@ def main(argv=None):
                    help="make the recordings by encoding and decoding espeak-ng's reading with CODEC")
     p.add_argument("--lm-option", action="append", default=[], metavar="NAME=VALUE",
                    help="with --model: a gepardlm property, e.g. temperature=0 (repeatable)")
+    p.add_argument("--word-error-rate", action="store_true",
+                   help="also decode without the sentences' grammar and give the word error rate (see word_error_rate)")
     args = p.parse_args(argv)
     rows = [json.loads(line) for line in open(args.heldout, encoding="utf-8") if line.strip()]
     if args.model:
@@ -284,6 +302,8 @@ def main(argv=None):
     for sentence, heard in misses:
         print(f"missed: {sentence!r} heard as {heard!r}")
     print(f"intelligibility: {correct} of {len(rows)} identified ({100.0 * correct / len(rows):.1f} %)")
+    if args.word_error_rate:
+        print(f"word error rate: {100.0 * word_error_rate(wavs, [r['text'] for r in rows]):.1f} %")
     return 0
 
 
