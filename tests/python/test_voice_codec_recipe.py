@@ -339,6 +339,41 @@ def test_decoder_tuned_from_an_exported_codec(data_dir, trained, tmp_path):
     assert all(torch.equal(a["codes"], b["codes"]) for a, b in zip(old, new))
 
 
+def test_new_decoder_on_an_exported_codecs_encoder(data_dir, trained, tmp_path):
+    """--init with another --decoder-channels: the codec's encoder and quantizer (so the codes an LM
+    learned) under a new decoder of that width, trained alone on the codes and as loud as the audio
+    from its first step."""
+    _, ckpt = trained
+    nemo, codes = tmp_path / "codec.nemo", tmp_path / "codes.pt"
+    codec.main(["export", str(ckpt), str(nemo)])
+    codec.main(["encode", str(nemo), str(data_dir), "--out", str(codes), "--device", "cpu"])
+    wider = dict(TINY, decoder_channels=2 * TINY["decoder_channels"])
+    start, trained_on = tmp_path / "start.pt", tmp_path / "wide.pt"
+    common = ["--init", str(nemo), "--decoder-channels", str(wider["decoder_channels"]), "--freeze-encoder-after",
+              "0", "--codes", str(codes), "--batch", "2", "--min-frames", "6", "--max-frames", "6", "--lr", "1e-3",
+              "--warmup", "2", "--device", "cpu"]
+    codec.main(["train", str(data_dir), "--ckpt", str(start), "--steps", "0"] + common)
+    codec.main(["train", str(data_dir), "--ckpt", str(trained_on), "--resume", "--steps", "6"] + common)
+    exported = codec.load_codec(nemo).state_dict()
+    first = torch.load(start, map_location="cpu", weights_only=True)
+    after = torch.load(trained_on, map_location="cpu", weights_only=True)
+    assert first["widths"] == after["widths"] == wider and after["step"] == 6
+    for k, v in exported.items():
+        if not k.startswith("audio_decoder."):
+            assert torch.equal(first["model"][k], v) and torch.equal(after["model"][k], v), k
+    assert any(not torch.equal(first["model"][k], after["model"][k]) for k in first["model"]
+               if k.startswith("audio_decoder."))
+    model = codec.NanoCodec(**wider)
+    model.load_state_dict(first["model"])
+    audio = torch.load(codes, weights_only=False)["utterances"][0]["codes"].T[None].long()
+    loudness = float(model.decode(audio).std())
+    assert 0.01 < loudness < 1.0
+    again = tmp_path / "again.pt"
+    codec.main(["encode", str(trained_on), str(data_dir), "--out", str(again), "--device", "cpu"])
+    old, new = (torch.load(p, weights_only=False)["utterances"] for p in (codes, again))
+    assert all(torch.equal(a["codes"], b["codes"]) for a, b in zip(old, new))
+
+
 def run_tool(*args):
     if not os.access(CODEC_TOOL, os.X_OK):
         pytest.skip(f"{CODEC_TOOL} is not built")

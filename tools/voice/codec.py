@@ -43,7 +43,8 @@ CKPT is a training checkpoint; CODEC is a training checkpoint or an exported .ne
 training is the same command. ``--init CODEC`` starts a fresh run from CODEC's weights instead of
 the data: with ``--freeze-encoder-after 0 --codes DATA/codes.pt`` it tunes a finished codec's
 decoder on new speech (more speakers, say) while its encoder, hence every code an LM learned, stays
-as it was.
+as it was; given a ``--decoder-channels`` other than CODEC's, the decoder is a new one of that
+width (only its last conv's loudness set from the data) on CODEC's encoder and quantizer.
 
 ``encode`` writes DATA/codes.pt (torch.save), the input of the GEPARD LM trainer:
 
@@ -550,6 +551,15 @@ def snr_db(reference, estimate):
     return float(10 * torch.log10(reference.pow(2).sum() / noise.clamp_min(1e-12)))
 
 
+def conv_output(conv, run):
+    """conv's (first) output while run() runs the model."""
+    seen = {}
+    hook = conv.register_forward_hook(lambda module, inputs, output: seen.setdefault("out", output))
+    run()
+    hook.remove()
+    return seen["out"]
+
+
 @torch.no_grad()
 def initialize_from_data(model, audio, passes=2):
     """Data-dependent start (layer-sequential unit variance): each encoder conv's weight-norm gain
@@ -559,26 +569,34 @@ def initialize_from_data(model, audio, passes=2):
     from the first step, the decoder learns to ignore them and the encoder never recovers."""
     x = audio.unsqueeze(1)
 
-    def output_of(conv, run):
-        """conv's (first) output while run() runs the model."""
-        seen = {}
-        hook = conv.register_forward_hook(lambda module, inputs, output: seen.setdefault("out", output))
-        run()
-        hook.remove()
-        return seen["out"]
-
     convs = [m for m in model.audio_encoder.modules() if isinstance(m, nn.Conv1d)]
     for _ in range(passes):
         for conv in convs:
-            out = output_of(conv, lambda: model.audio_encoder(x))
+            out = conv_output(conv, lambda: model.audio_encoder(x))
             std = float(out.std()) + 1e-8
             conv.parametrizations.weight.original0.mul_(1.0 / std)
             conv.bias.sub_(out.mean(dim=(0, 2))).div_(std)
+    initialize_decoder_from_data(model, audio)
+
+
+@torch.no_grad()
+def initialize_decoder_from_data(model, audio):
+    """The decoder's last conv set so that its output over ``audio`` [B, N] is as loud as the audio."""
     post = model.audio_decoder.post_conv.conv
-    out = output_of(post, lambda: model.audio_decoder(model.vector_quantizer(model.audio_encoder(x))))
+    latent = model.audio_encoder(audio.unsqueeze(1))
+    out = conv_output(post, lambda: model.audio_decoder(model.vector_quantizer(latent)))
     scale = float(audio.std()) / (float(out.std()) + 1e-8)
     post.parametrizations.weight.original0.mul_(scale)
     post.bias.copy_(-scale * (out.mean(dim=(0, 2)) - post.bias))  # no offset: HalfSnake's sin² has one
+
+
+def with_new_decoder(model, decoder_channels):
+    """A codec with ``model``'s encoder and quantizer (so its codes) and a new decoder of another
+    width, torch's default init, for a decoder trained anew on the codes an LM already learned."""
+    fresh = NanoCodec(decoder_channels=decoder_channels, encoder_channels=model.encoder_channels)
+    fresh.audio_encoder.load_state_dict(model.audio_encoder.state_dict())
+    fresh.vector_quantizer.load_state_dict(model.vector_quantizer.state_dict())
+    return fresh
 
 
 def codes_used(model, audio):
@@ -739,15 +757,24 @@ def train(args):
     ckpt_path = Path(args.ckpt)
     resuming = args.resume and ckpt_path.exists()
     initialized = resuming or bool(args.init)  # else from the data, below
+    new_decoder = False  # --init with another decoder width: the decoder's loudness from the data, below
     if resuming:
         widths = torch.load(str(ckpt_path), map_location="cpu", weights_only=True)["widths"]
         model = NanoCodec(**widths)
     elif args.init:
         model = load_codec(args.init)  # its widths and weights
         widths = model.widths()
-        print(f"codec: a new run from the weights of {args.init}")
+        if args.decoder_channels not in (None, widths["decoder_channels"]):
+            widths["decoder_channels"] = args.decoder_channels
+            model = with_new_decoder(model, args.decoder_channels)
+            new_decoder = True
+            print(f"codec: a new run with the encoder of {args.init} and a new decoder {args.decoder_channels} "
+                  "channels wide")
+        else:
+            print(f"codec: a new run from the weights of {args.init}")
     else:
-        widths = {"decoder_channels": args.decoder_channels, "encoder_channels": args.encoder_channels}
+        widths = {"decoder_channels": args.decoder_channels or DEFAULT_DECODER_CHANNELS,
+                  "encoder_channels": args.encoder_channels}
         model = NanoCodec(**widths)
     model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.8, 0.99), weight_decay=0.01)
@@ -773,6 +800,8 @@ def train(args):
     sampler = SegmentSampler(audio, offsets, lengths, device, args.seed + progress["step"])
     if not initialized:
         initialize_from_data(model, sampler.sample(min(args.batch, 16), args.min_frames, args.min_frames))
+    elif new_decoder:
+        initialize_decoder_from_data(model, sampler.sample(min(args.batch, 16), args.min_frames, args.min_frames))
     loss_fn = SpectralLoss().to(device)
     valid_batch = validation_batch(args.data, device)
     use_bf16 = device.type == "cuda"
@@ -996,7 +1025,8 @@ def main(argv=None):
     p.add_argument("--resume", action="store_true", help="continue from --ckpt when it exists")
     p.add_argument("--init", metavar="CODEC",
                    help="a new run starts from this codec's weights (a .nemo or a checkpoint; its widths), "
-                        "not from the data; with --freeze-encoder-after 0 it tunes the decoder alone")
+                        "not from the data; with --freeze-encoder-after 0 it tunes the decoder alone, or with "
+                        "another --decoder-channels trains a new one")
     p.add_argument("--time-limit", type=float, default=0, help="minutes of training in this run, then save and stop")
     p.add_argument("--steps", type=int, help="stop at this total step count (0: just write the initial checkpoint)")
     p.add_argument("--total-steps", type=int,
@@ -1019,7 +1049,9 @@ def main(argv=None):
     p.add_argument("--clip", type=float, default=10.0, help="gradient norm clip")
     p.add_argument("--latent-bound", type=float, default=2.0, help="FSQ tanh input kept within ±this")
     p.add_argument("--bound-weight", type=float, default=1.0, help="weight of the latent bound loss")
-    p.add_argument("--decoder-channels", type=int, default=DEFAULT_DECODER_CHANNELS)
+    p.add_argument("--decoder-channels", type=int,
+                   help=f"the decoder's base width (default {DEFAULT_DECODER_CHANNELS}); with --init, another than "
+                        "the codec's trains a new decoder on its encoder's codes")
     p.add_argument("--encoder-channels", type=int, default=DEFAULT_ENCODER_CHANNELS)
     p.add_argument("--limit", type=int, help="train on the first N utterances only")
     p.add_argument("--log-every", type=int, default=100)
