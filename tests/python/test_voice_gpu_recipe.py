@@ -8,7 +8,8 @@ directory the C engine loads, and a second start resumes the LM at the step the 
 (as after a lost machine) and trains it on. A second start while a recipe runs is refused, and
 following on a machine where none was started (a fresh one) says so at once. A variant named in
 GPU_RECIPE_FORKS starts from the main LM's run and trains on beside it, and the shipped codec's
-decoder is tuned beside them (CODEC_TUNE_MINUTES), its encoder left as it was.
+decoder is tuned beside them (CODEC_TUNE_MINUTES), its encoder left as it was; with LM_MINUTES=0 a
+new decoder of another width trains alone.
 
 Needs espeak-ng (scripts/lib.sh installs it), models/voice/codec.nemo and gepard-inspect from
 $GEPARD_BUILD_DIR/tools (default <repo>/build).
@@ -176,6 +177,35 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert shipped.keys() == tuned.keys()
     assert all(torch.equal(shipped[k], tuned[k]) for k in shipped if k.startswith("audio_encoder."))
     assert any(not torch.equal(shipped[k], tuned[k]) for k in shipped if k.startswith("audio_decoder."))
+
+
+def test_decoder_alone(toy):
+    """LM_MINUTES=0: a session that trains the codec's decoder alone (no LM run to seed it, none
+    started), here a new one of another width on the shipped codec's encoder, and finishes when
+    its tuning does; the tuned codec comes back and its run goes into the seed."""
+    root, env = toy
+    sys.path.insert(0, str(SOURCE_DIR / "tools" / "voice"))
+    import codec
+
+    dirs = {name: root / f"decoder-{name}" for name in ("run", "work", "seed", "snapshot", "steps")}
+    env = dict(env, GPU_RECIPE_RUN=str(dirs["run"]), VOICE_WORK=str(dirs["work"]), GPU_RECIPE_SEED=str(dirs["seed"]),
+               GPU_RECIPE_SNAPSHOT=str(dirs["snapshot"]), GPU_RECIPE_STEPS=str(dirs["steps"]), LM_MINUTES="0",
+               CODEC_TUNE_MINUTES="0.1",
+               CODEC_TUNE_ARGS="--batch 2 --max-frames 8 --warmup 2 --save-minutes 0.05 --decoder-channels 64")
+    started = gpu_recipe(env, root / "decoder-out", "start", "6", "500")
+    print(started.stdout[-3000:], started.stderr[-2000:])
+    assert started.returncode == 0
+    assert "gpu-recipe: the recipe ended, exit status 0" in started.stdout
+    assert gpu_recipe(env, root / "decoder-out", "unpack", str(root / "decoder-out")).returncode == 0
+    snap = dirs["snapshot"]
+    log = (snap / "logs" / "recipe.log").read_text()
+    assert "no LM (LM_MINUTES=0)" in log and "recipe: finished" in log
+    assert not (dirs["run"] / "lm").exists() and not list(snap.glob("lm*"))
+    assert (dirs["seed"] / "codec-tuned.ckpt").is_file() and not (dirs["seed"] / "lm").exists()
+    shipped, tuned = (codec.load_codec(p) for p in (CODEC, snap / "codec-tuned.nemo"))
+    assert tuned.widths() == dict(shipped.widths(), decoder_channels=64)
+    kept, new = shipped.state_dict(), tuned.state_dict()
+    assert all(torch.equal(kept[k], new[k]) for k in kept if not k.startswith("audio_decoder."))
 
 
 def test_follow_on_a_bare_machine_says_so_at_once(toy):

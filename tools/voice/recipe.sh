@@ -30,7 +30,8 @@
 #
 # Lengths are planned in minutes of training time on the machine at hand (the learning-rate
 # schedules run over them): CODEC_MINUTES (18) in all for the codec, of which the first
-# CODEC_ENCODER_MINUTES (6) train the encoder too, and LM_MINUTES (12). Also: CODEC_ARGS, LM_ARGS
+# CODEC_ENCODER_MINUTES (6) train the encoder too, and LM_MINUTES (12; 0: no LM, for a session
+# that trains the codec's decoder alone, CODEC_TUNE_MINUTES below). Also: CODEC_ARGS, LM_ARGS
 # (the LM's options, after LM_DEFAULTS, default "--lr 2e-3 --warmup 300 --own-frames 0.4
 # --frame-blank 0.3 --text-dropout 0.15": 40 % of the frames it reads are its own predictions, 30 %
 # are hidden from it, so that what they held must come from the text, and 15 % of the examples
@@ -171,6 +172,7 @@ if [ ! -s "$run/tokenizer.json" ]; then
   python3 tools/voice/tokenizer.py "$work/corpus" --output "$run/tokenizer.json" ${TOKENIZER_ARGS:-}
 fi
 
+lm_wanted() { awk -v m="$lm_minutes" 'BEGIN { exit !(m > 0) }'; }
 lm_done() { [ -s "$work/lm-train.out" ] && grep -q '^finished' "$work/lm-train.out"; }
 tune_minutes=${CODEC_TUNE_MINUTES:-0}
 tune_args=${CODEC_TUNE_ARGS-"--batch 128 --lr 2e-4 --warmup 200"}
@@ -181,7 +183,11 @@ if [ "$budget" -lt 30 ]; then
   echo "recipe: out of time before the LM; run again"
   exit 0
 fi
-stage "LM training to $lm_minutes min and the codec decoder's to $codec_minutes min, at most $(in_minutes "$budget") min now"
+if lm_wanted; then
+  stage "LM training to $lm_minutes min and the codec decoder's to $codec_minutes min, at most $(in_minutes "$budget") min now"
+else
+  stage "no LM (LM_MINUTES=0); the codec decoder's training to $codec_minutes min, at most $(in_minutes "$budget") min now"
+fi
 codec_pid=
 if ! codec_finished; then
   codec_train --time-limit "$(in_minutes "$budget")" --codes "$work/data/codes.pt" >"$work/codec-train.out" 2>&1 &
@@ -213,7 +219,9 @@ for variant in "${variants[@]}"; do
   variant_pids+=($!)
 done
 rm -f "$work/lm-train.out"
-lm_train --time-limit "$(in_minutes "$budget")" | tee "$work/lm-train.out"
+if lm_wanted; then
+  lm_train --time-limit "$(in_minutes "$budget")" | tee "$work/lm-train.out"
+fi
 for i in "${!variant_pids[@]}"; do
   name=${variant_names[$i]}
   wait "${variant_pids[$i]}" || echo "recipe: LM variant $name failed"
@@ -252,7 +260,7 @@ if lm_done; then
   rm -rf "$run/model"
   python3 tools/voice/lm.py export "$run/lm" "$run/model"
 fi
-if lm_done && [ -s "$run/codec.nemo" ]; then
+if { lm_done || ! lm_wanted; } && [ -s "$run/codec.nemo" ] && { tune_finished || ! tune_wanted; }; then
   echo "recipe: finished"
 else
   echo "recipe: stopped in the trainings; run again"
