@@ -365,8 +365,8 @@ def test_new_decoder_on_an_exported_codecs_encoder(data_dir, trained, tmp_path):
                if k.startswith("audio_decoder."))
     model = codec.NanoCodec(**wider)
     model.load_state_dict(first["model"])
-    audio = torch.load(codes, weights_only=False)["utterances"][0]["codes"].T[None].long()
-    loudness = float(model.decode(audio).std())
+    first_codes = torch.load(codes, weights_only=False)["utterances"][0]["codes"].T[None].long()
+    loudness = float(model.decode(first_codes).std())
     assert 0.01 < loudness < 1.0
     again = tmp_path / "again.pt"
     codec.main(["encode", str(trained_on), str(data_dir), "--out", str(again), "--device", "cpu"])
