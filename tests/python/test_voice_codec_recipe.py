@@ -374,6 +374,58 @@ def test_new_decoder_on_an_exported_codecs_encoder(data_dir, trained, tmp_path):
     assert all(torch.equal(a["codes"], b["codes"]) for a, b in zip(old, new))
 
 
+def test_adversarial_decoder_training_resumes_its_discriminators(data_dir, trained, tmp_path):
+    """--adversarial-weight: the decoder trains against HiFi-GAN's discriminators (least squares and
+    feature matching, logged with the spectral losses); the checkpoint holds them and their AdamW
+    moments, a resumed run takes them back, and the export is the codec alone."""
+    _, ckpt = trained
+    nemo, codes = tmp_path / "codec.nemo", tmp_path / "codes.pt"
+    codec.main(["export", str(ckpt), str(nemo)])
+    codec.main(["encode", str(nemo), str(data_dir), "--out", str(codes), "--device", "cpu"])
+    run = tmp_path / "adversarial.pt"
+    common = ["--init", str(nemo), "--freeze-encoder-after", "0", "--codes", str(codes), "--batch", "2",
+              "--min-frames", "6", "--max-frames", "6", "--warmup", "2", "--device", "cpu", "--log-every", "1",
+              "--adversarial-weight", "1"]
+    codec.main(["train", str(data_dir), "--ckpt", str(run), "--resume", "--steps", "3"] + common)
+    first = torch.load(run, map_location="cpu", weights_only=True)
+    assert first["step"] == 3 and first["discriminators"]
+    assert all(m is not None for m in first["discriminators_exp_avg"])
+    fresh = codec.Discriminators()
+    assert any(not torch.equal(v, first["discriminators"][k]) for k, v in fresh.state_dict().items())
+    codec.main(["train", str(data_dir), "--ckpt", str(run), "--resume", "--steps", "3"] + common)  # no step
+    again = torch.load(run, map_location="cpu", weights_only=True)
+    assert all(torch.equal(v, again["discriminators"][k]) for k, v in first["discriminators"].items())
+    codec.main(["train", str(data_dir), "--ckpt", str(run), "--resume", "--steps", "5"] + common)
+    after = torch.load(run, map_location="cpu", weights_only=True)
+    assert after["step"] == 5
+    assert any(not torch.equal(v, after["discriminators"][k]) for k, v in first["discriminators"].items())
+    assert all(torch.isfinite(v).all() for v in after["model"].values())
+    exported = tmp_path / "adversarial.nemo"
+    codec.main(["export", str(run), str(exported)])
+    assert codec.read_nemo(exported)[1].keys() == codec.read_nemo(nemo)[1].keys()
+
+
+def test_adversarial_losses():
+    """The discriminators score every waveform length (folded by each period, padded where it does
+    not divide); least squares: 0 for the discriminators when they tell speech (1) from the
+    decoder's output (0) perfectly, and 0 feature matching for an output that is the speech."""
+    torch.manual_seed(0)
+    discriminators = codec.Discriminators()
+    x = torch.randn(2, 4097)
+    outs = discriminators(x)
+    assert len(outs) == len(codec.Discriminators.PERIODS) + len(codec.Discriminators.RESOLUTIONS)
+    for scores, features in outs:
+        assert scores.shape[0] == 2 and features and torch.isfinite(scores).all()
+    real, fake = [(torch.ones(2, 3), []) for _ in range(2)], [(torch.zeros(2, 3), []) for _ in range(2)]
+    assert float(codec.discriminator_loss(real, fake)) == 0.0
+    adversarial, matching = codec.generator_losses(outs, outs)
+    assert float(matching.detach()) == 0.0 and float(adversarial.detach()) > 0.0
+    y = (x + 0.1 * torch.randn_like(x)).requires_grad_()
+    adversarial, matching = codec.generator_losses(outs, discriminators(y))
+    (adversarial + matching).backward()
+    assert float(matching.detach()) > 0.0 and y.grad.abs().sum() > 0
+
+
 def run_tool(*args):
     if not os.access(CODEC_TOOL, os.X_OK):
         pytest.skip(f"{CODEC_TOOL} is not built")

@@ -12,7 +12,9 @@ published checkpoint.
 
 Training: random segments of 32 frames (1.5 s) of the espeak-ng speech from
 tools/voice/speech.py, straight-through FSQ, multi-resolution STFT loss (spectral convergence +
-log magnitude) plus multi-resolution log-mel L1, AdamW, bf16 autocast on CUDA. A fresh run starts
+log magnitude) plus multi-resolution log-mel L1, with --adversarial-weight W also HiFi-GAN's
+adversarial losses (multi-period and multi-resolution discriminators, least squares, feature
+matching: see Discriminators), AdamW, bf16 autocast on CUDA. A fresh run starts
 from a data-dependent init (initialize_from_data) and keeps the FSQ's tanh inputs within ±2
 (latent_bound_loss): without both, the narrow encoder's codes collapse to one value per channel
 within the first minutes (seen on the GPU: 1.0 distinct codes per channel after 2.5 min, against
@@ -456,14 +458,29 @@ def load_codec(path, device="cpu"):
 # ---- training checkpoints ---------------------------------------------------------------------------
 
 
-def save_checkpoint(path, model, optimizer, progress):
-    """fp32 weights, AdamW moments in bf16, the progress dict (step, trained_s, plan) and widths;
-    written atomically."""
+def adamw_moments(module, optimizer):
+    """(exp_avg, exp_avg_sq): each parameter's AdamW moments in bf16, None where it has none."""
     exp_avg, exp_avg_sq = [], []
-    for p in model.parameters():
+    for p in module.parameters():
         state = optimizer.state.get(p, {}) if p.requires_grad else {}  # a frozen encoder's are not kept
         exp_avg.append(state["exp_avg"].to("cpu", torch.bfloat16) if state else None)
         exp_avg_sq.append(state["exp_avg_sq"].to("cpu", torch.bfloat16) if state else None)
+    return exp_avg, exp_avg_sq
+
+
+def restore_adamw_moments(module, optimizer, exp_avg, exp_avg_sq, step):
+    for p, m, v in zip(module.parameters(), exp_avg, exp_avg_sq):
+        if m is not None:
+            optimizer.state[p] = {"step": torch.tensor(float(step)),
+                                  "exp_avg": m.to(p.device, torch.float32),
+                                  "exp_avg_sq": v.to(p.device, torch.float32)}
+
+
+def save_checkpoint(path, model, optimizer, progress, critic=None):
+    """fp32 weights, AdamW moments in bf16, the progress dict (step, trained_s, plan) and widths,
+    and where given the discriminators and their optimizer (critic = (Discriminators, AdamW)) alike;
+    written atomically."""
+    exp_avg, exp_avg_sq = adamw_moments(model, optimizer)
     ckpt = {
         "version": CHECKPOINT_VERSION,
         "widths": model.widths(),
@@ -472,6 +489,11 @@ def save_checkpoint(path, model, optimizer, progress):
         "exp_avg": exp_avg,
         "exp_avg_sq": exp_avg_sq,
     }
+    if critic is not None:
+        discriminators, critic_optimizer = critic
+        ckpt["discriminators"] = {k: v.detach().cpu() for k, v in discriminators.state_dict().items()}
+        ckpt["discriminators_exp_avg"], ckpt["discriminators_exp_avg_sq"] = adamw_moments(discriminators,
+                                                                                         critic_optimizer)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -483,18 +505,20 @@ PROGRESS_DEFAULTS = {"step": 0, "trained_s": 0.0, "total_steps": 100000, "minute
                      "freeze_encoder_after": None, "finished": False}
 
 
-def restore_checkpoint(path, model, optimizer):
-    """Loads weights and moments into model/optimizer; returns the progress dict."""
+def restore_checkpoint(path, model, optimizer, critic=None):
+    """Loads weights and moments into model/optimizer, and into the critic (see save_checkpoint)
+    where it is given and the checkpoint has one (else it starts afresh); returns the progress dict."""
     ckpt = torch.load(str(path), map_location="cpu", weights_only=True)
     if ckpt.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"{path}: checkpoint version {ckpt.get('version')}, expected {CHECKPOINT_VERSION}")
     model.load_state_dict(ckpt["model"])
     progress = {k: ckpt.get(k, v) for k, v in PROGRESS_DEFAULTS.items()}
-    for p, m, v in zip(model.parameters(), ckpt["exp_avg"], ckpt["exp_avg_sq"]):
-        if m is not None:
-            optimizer.state[p] = {"step": torch.tensor(float(progress["step"])),
-                                  "exp_avg": m.to(p.device, torch.float32),
-                                  "exp_avg_sq": v.to(p.device, torch.float32)}
+    restore_adamw_moments(model, optimizer, ckpt["exp_avg"], ckpt["exp_avg_sq"], progress["step"])
+    if critic is not None and "discriminators" in ckpt:
+        discriminators, critic_optimizer = critic
+        discriminators.load_state_dict(ckpt["discriminators"])
+        restore_adamw_moments(discriminators, critic_optimizer, ckpt["discriminators_exp_avg"],
+                              ckpt["discriminators_exp_avg_sq"], progress["step"])
     return progress
 
 
@@ -549,6 +573,87 @@ class SpectralLoss(nn.Module):
 def snr_db(reference, estimate):
     noise = (reference - estimate).pow(2).sum()
     return float(10 * torch.log10(reference.pow(2).sum() / noise.clamp_min(1e-12)))
+
+
+# Adversarial losses (HiFi-GAN's, training only; off unless --adversarial-weight): discriminators
+# that tell the decoder's output from the speech, a multi-period one (the waveform folded by 2, 3,
+# 5, 7 and 11 samples, 2-D convs along time) and a multi-resolution one (2-D convs over log-magnitude
+# STFTs), least-squares GAN losses and feature matching (the L1 distance of their inner features on
+# the decoder's output and on the speech). The spectral losses alone leave a small decoder's fine
+# structure blurred, which costs a recognizer more than it costs those losses.
+
+
+class PeriodDiscriminator(nn.Module):
+    def __init__(self, period, channels=(16, 64, 128, 128)):
+        super().__init__()
+        self.period = period
+        widths = (1,) + channels
+        self.convs = nn.ModuleList(
+            nn.utils.parametrizations.weight_norm(nn.Conv2d(a, b, (5, 1), (3, 1), padding=(2, 0)))
+            for a, b in zip(widths, widths[1:]))
+        self.post = nn.utils.parametrizations.weight_norm(nn.Conv2d(channels[-1], 1, (3, 1), padding=(1, 0)))
+
+    def forward(self, x):
+        """x [B, N] → (scores [B, …], inner features)."""
+        pad = -x.shape[-1] % self.period
+        x = F.pad(x, (0, pad), mode="reflect") if pad else x
+        h = x.reshape(x.shape[0], 1, -1, self.period)
+        features = []
+        for conv in self.convs:
+            h = F.leaky_relu(conv(h), 0.1)
+            features.append(h)
+        return self.post(h).flatten(1), features
+
+
+class ResolutionDiscriminator(nn.Module):
+    def __init__(self, n_fft, hop, channels=32):
+        super().__init__()
+        self.n_fft, self.hop = n_fft, hop
+        self.register_buffer("window", torch.hann_window(n_fft), persistent=False)
+        shapes = [(1, channels, (3, 9), (1, 1), (1, 4))] + [(channels, channels, (3, 9), (1, 2), (1, 4))] * 3 + \
+            [(channels, channels, (3, 3), (1, 1), (1, 1))]
+        self.convs = nn.ModuleList(nn.utils.parametrizations.weight_norm(nn.Conv2d(a, b, k, st, padding=pd))
+                                   for a, b, k, st, pd in shapes)
+        self.post = nn.utils.parametrizations.weight_norm(nn.Conv2d(channels, 1, (3, 3), padding=(1, 1)))
+
+    def forward(self, x):
+        """x [B, N] → (scores [B, …], inner features)."""
+        spec = torch.stft(x.float(), self.n_fft, self.hop, window=self.window, return_complex=True)
+        h = torch.log(spec.abs().clamp_min(1e-5)).transpose(1, 2).unsqueeze(1)  # [B, 1, frames, bins]
+        features = []
+        for conv in self.convs:
+            h = F.leaky_relu(conv(h), 0.1)
+            features.append(h)
+        return self.post(h).flatten(1), features
+
+
+class Discriminators(nn.Module):
+    PERIODS = (2, 3, 5, 7, 11)
+    RESOLUTIONS = ((512, 128), (1024, 256), (2048, 512))
+
+    def __init__(self):
+        super().__init__()
+        self.period = nn.ModuleList(PeriodDiscriminator(p) for p in self.PERIODS)
+        self.resolution = nn.ModuleList(ResolutionDiscriminator(n, h) for n, h in self.RESOLUTIONS)
+
+    def forward(self, x):
+        """x [B, N] → [(scores, features)] of each discriminator."""
+        return [d(x) for d in (*self.period, *self.resolution)]
+
+
+def discriminator_loss(real, fake):
+    """Least squares: the speech's scores towards 1, the decoder's towards 0, summed over discriminators."""
+    return sum(torch.mean((r - 1).pow(2)) + torch.mean(f.pow(2)) for (r, _), (f, _) in zip(real, fake))
+
+
+def generator_losses(real, fake):
+    """(adversarial, feature matching) for the decoder: its scores towards 1, and the mean L1 distance
+    of each discriminator's inner features on its output from those on the speech, summed over
+    discriminators."""
+    adversarial = sum(torch.mean((f - 1).pow(2)) for f, _ in fake)
+    matching = sum(sum(F.l1_loss(a, b.detach()) for a, b in zip(fa, ra)) / len(fa)
+                   for (_, ra), (_, fa) in zip(real, fake))
+    return adversarial, matching
 
 
 def conv_output(conv, run):
@@ -778,9 +883,16 @@ def train(args):
         model = NanoCodec(**widths)
     model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.8, 0.99), weight_decay=0.01)
+    critic = None
+    if args.adversarial_weight > 0:
+        discriminators = Discriminators().to(device)
+        critic = (discriminators, torch.optim.AdamW(discriminators.parameters(), lr=args.lr, betas=(0.8, 0.99),
+                                                    weight_decay=0.01))
+        print(f"codec: adversarial losses (weight {args.adversarial_weight:g}, feature matching "
+              f"{args.feature_weight:g}), discriminators of {parameter_count(discriminators)} parameters")
     progress = dict(PROGRESS_DEFAULTS)
     if resuming:
-        progress.update(restore_checkpoint(ckpt_path, model, optimizer))
+        progress.update(restore_checkpoint(ckpt_path, model, optimizer, critic))
         print(f"codec: resumed {ckpt_path} at step {progress['step']} ({progress['trained_s'] / 60:.1f} min trained)")
     # the plan: a new run takes it from the options; a resumed one keeps its own unless given a new one
     if not resuming or args.minutes is not None or args.total_steps is not None:
@@ -835,8 +947,25 @@ def train(args):
         return (progress["step"] - args.warmup) / max(1, progress["total_steps"] - args.warmup)
 
     def set_lr(lr):
-        for group in optimizer.param_groups:
+        for group in optimizer.param_groups + (critic[1].param_groups if critic else []):
             group["lr"] = lr
+
+    def critic_step(x, y):
+        """One AdamW step of the discriminators on speech x and the decoder's output y; the decoder's
+        (adversarial, feature matching) losses from them."""
+        discriminators, critic_optimizer = critic
+        critic_optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            real = discriminators(x)
+            d_loss = discriminator_loss(real, discriminators(y.detach()))
+        d_loss.float().backward()
+        torch.nn.utils.clip_grad_norm_(discriminators.parameters(), args.clip)
+        critic_optimizer.step()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            with torch.no_grad():
+                real = discriminators(x)
+            adversarial, matching = generator_losses(real, discriminators(y))
+        return d_loss.detach(), adversarial.float(), matching.float()
 
     def step_on(x, codes=None):
         """Forward, losses, backward, clip and AdamW on batch x (decoded from codes where given);
@@ -852,6 +981,9 @@ def train(args):
         else:
             losses["bound"] = torch.zeros((), device=device)
         loss = losses["sc"] + losses["logmag"] + args.mel_weight * losses["mel"] + args.bound_weight * losses["bound"]
+        if critic is not None:
+            losses["critic"], losses["adversarial"], losses["matching"] = critic_step(x, y.float())
+            loss = loss + args.adversarial_weight * (losses["adversarial"] + args.feature_weight * losses["matching"])
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
@@ -917,10 +1049,10 @@ def train(args):
             print(f"step {progress['step']} lr {lr:.2e} {means} ({rate:.1f} steps/s)", flush=True)
             log_sums, log_count = {}, 0
         if time.time() - last_save >= args.save_minutes * 60:
-            save_checkpoint(ckpt_path, model, optimizer, progress)
+            save_checkpoint(ckpt_path, model, optimizer, progress, critic)
             report_validation()
             last_save = time.time()
-    save_checkpoint(ckpt_path, model, optimizer, progress)
+    save_checkpoint(ckpt_path, model, optimizer, progress, critic)
     report_validation()
     print(f"codec: {'finished' if progress['finished'] else 'stopped'} ({why}) at step {progress['step']}, "
           f"{progress['trained_s'] / 60:.1f} min trained; saved {ckpt_path} "
@@ -1047,6 +1179,10 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--mel-weight", type=float, default=1.0)
     p.add_argument("--clip", type=float, default=10.0, help="gradient norm clip")
+    p.add_argument("--adversarial-weight", type=float, default=0.0,
+                   help="weight of the adversarial losses (HiFi-GAN's discriminators; 0: off)")
+    p.add_argument("--feature-weight", type=float, default=2.0,
+                   help="with --adversarial-weight: feature matching's weight beside the adversarial loss")
     p.add_argument("--latent-bound", type=float, default=2.0, help="FSQ tanh input kept within ±this")
     p.add_argument("--bound-weight", type=float, default=1.0, help="weight of the latent bound loss")
     p.add_argument("--decoder-channels", type=int,
