@@ -579,8 +579,10 @@ def snr_db(reference, estimate):
 # that tell the decoder's output from the speech, a multi-period one (the waveform folded by 2, 3,
 # 5, 7 and 11 samples, 2-D convs along time) and a multi-resolution one (2-D convs over log-magnitude
 # STFTs), least-squares GAN losses and feature matching (the L1 distance of their inner features on
-# the decoder's output and on the speech). The spectral losses alone leave a small decoder's fine
-# structure blurred, which costs a recognizer more than it costs those losses.
+# the decoder's output and on the speech). Trained on the spectral losses alone, the default voice's
+# decoder passes espeak-ng's speech with most of the words a recognizer hears in it lost (its word
+# error rate in docs/voice.md), though not for its balance across frequencies: the fine structure
+# those losses do not see is what the discriminators judge.
 
 
 class PeriodDiscriminator(nn.Module):
