@@ -312,13 +312,19 @@ def test_decoder_trains_on_the_encoders_codes(data_dir, trained, tmp_path):
     assert all((moments[n] is None) == n.startswith("audio_encoder.") for n in params)
 
 
-def test_decoder_tuned_from_an_exported_codec(data_dir, trained, tmp_path):
-    """--init: a new run starts from an exported codec's weights and widths (step 0 is that codec),
-    then with the encoder frozen from the start tunes the decoder alone on the codes."""
+def exported_and_encoded(trained, data_dir, tmp_path):
+    """The trained codec exported (tmp_path/codec.nemo) and its codes of the data (tmp_path/codes.pt)."""
     _, ckpt = trained
     nemo, codes = tmp_path / "codec.nemo", tmp_path / "codes.pt"
     codec.main(["export", str(ckpt), str(nemo)])
     codec.main(["encode", str(nemo), str(data_dir), "--out", str(codes), "--device", "cpu"])
+    return nemo, codes
+
+
+def test_decoder_tuned_from_an_exported_codec(data_dir, trained, tmp_path):
+    """--init: a new run starts from an exported codec's weights and widths (step 0 is that codec),
+    then with the encoder frozen from the start tunes the decoder alone on the codes."""
+    nemo, codes = exported_and_encoded(trained, data_dir, tmp_path)
     start, tuned = tmp_path / "start.pt", tmp_path / "tuned.pt"
     common = ["--init", str(nemo), "--freeze-encoder-after", "0", "--codes", str(codes), "--batch", "2",
               "--min-frames", "6", "--max-frames", "6", "--lr", "1e-3", "--warmup", "2", "--device", "cpu"]
@@ -343,10 +349,7 @@ def test_new_decoder_on_an_exported_codecs_encoder(data_dir, trained, tmp_path):
     """--init with another --decoder-channels: the codec's encoder and quantizer (so the codes an LM
     learned) under a new decoder of that width, trained alone on the codes and as loud as the audio
     from its first step."""
-    _, ckpt = trained
-    nemo, codes = tmp_path / "codec.nemo", tmp_path / "codes.pt"
-    codec.main(["export", str(ckpt), str(nemo)])
-    codec.main(["encode", str(nemo), str(data_dir), "--out", str(codes), "--device", "cpu"])
+    nemo, codes = exported_and_encoded(trained, data_dir, tmp_path)
     wider = dict(TINY, decoder_channels=2 * TINY["decoder_channels"])
     start, trained_on = tmp_path / "start.pt", tmp_path / "wide.pt"
     common = ["--init", str(nemo), "--decoder-channels", str(wider["decoder_channels"]), "--freeze-encoder-after",
@@ -378,10 +381,7 @@ def test_adversarial_decoder_training_resumes_its_discriminators(data_dir, train
     """--adversarial-weight: the decoder trains against HiFi-GAN's discriminators (least squares and
     feature matching, logged with the spectral losses); the checkpoint holds them and their AdamW
     moments, a resumed run takes them back, and the export is the codec alone."""
-    _, ckpt = trained
-    nemo, codes = tmp_path / "codec.nemo", tmp_path / "codes.pt"
-    codec.main(["export", str(ckpt), str(nemo)])
-    codec.main(["encode", str(nemo), str(data_dir), "--out", str(codes), "--device", "cpu"])
+    nemo, codes = exported_and_encoded(trained, data_dir, tmp_path)
     run = tmp_path / "adversarial.pt"
     common = ["--init", str(nemo), "--freeze-encoder-after", "0", "--codes", str(codes), "--batch", "2",
               "--min-frames", "6", "--max-frames", "6", "--warmup", "2", "--device", "cpu", "--log-every", "1",

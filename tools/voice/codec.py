@@ -585,6 +585,16 @@ def snr_db(reference, estimate):
 # those losses do not see is what the discriminators judge.
 
 
+def scored(convs, post, h):
+    """A discriminator's convs (LeakyReLU 0.1 after each) and its scoring conv over h → (scores [B, …],
+    the convs' outputs: the inner features)."""
+    features = []
+    for conv in convs:
+        h = F.leaky_relu(conv(h), 0.1)
+        features.append(h)
+    return post(h).flatten(1), features
+
+
 class PeriodDiscriminator(nn.Module):
     def __init__(self, period, channels=(16, 64, 128, 128)):
         super().__init__()
@@ -600,11 +610,7 @@ class PeriodDiscriminator(nn.Module):
         pad = -x.shape[-1] % self.period
         x = F.pad(x, (0, pad), mode="reflect") if pad else x
         h = x.reshape(x.shape[0], 1, -1, self.period)
-        features = []
-        for conv in self.convs:
-            h = F.leaky_relu(conv(h), 0.1)
-            features.append(h)
-        return self.post(h).flatten(1), features
+        return scored(self.convs, self.post, h)
 
 
 class ResolutionDiscriminator(nn.Module):
@@ -622,11 +628,7 @@ class ResolutionDiscriminator(nn.Module):
         """x [B, N] → (scores [B, …], inner features)."""
         spec = torch.stft(x.float(), self.n_fft, self.hop, window=self.window, return_complex=True)
         h = torch.log(spec.abs().clamp_min(1e-5)).transpose(1, 2).unsqueeze(1)  # [B, 1, frames, bins]
-        features = []
-        for conv in self.convs:
-            h = F.leaky_relu(conv(h), 0.1)
-            features.append(h)
-        return self.post(h).flatten(1), features
+        return scored(self.convs, self.post, h)
 
 
 class Discriminators(nn.Module):
