@@ -82,7 +82,7 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert unpacked.returncode == 0, unpacked.stderr
     snap = root / "snapshot"
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
-    assert not list(snap.glob("codec-tuned.*"))
+    assert not list(snap.glob("codec-tuned*"))
 
     reached = step_of(snap / "lm")
     assert reached > 0
@@ -168,8 +168,8 @@ def test_recipe_snapshot_exports_and_resumes(toy):
     assert not [n for n in names if "compile-cache" in n]
     assert "recipe: finished" in (snap / "logs" / "recipe.log").read_text()
     assert (root / "work" / "corpus" / "seed").read_text().strip() == str(reached + 1)
-    # the tuned codec: only its decoder changed; its run is where the next start resumes it
-    assert (root / "seed" / "codec-tuned.ckpt").is_file()
+    # the tuned codec: only its decoder changed; finished, its run is no longer in the seed
+    assert not (root / "seed" / "codec-tuned.ckpt").exists() and not (snap / "codec-tuned.ckpt").exists()
     sys.path.insert(0, str(SOURCE_DIR / "tools" / "voice"))
     import codec
 
@@ -181,8 +181,9 @@ def test_recipe_snapshot_exports_and_resumes(toy):
 
 def test_decoder_alone(toy):
     """LM_MINUTES=0: a session that trains the codec's decoder alone (no LM run to seed it, none
-    started), here a new one of another width on the shipped codec's encoder, and finishes when
-    its tuning does; the tuned codec comes back and its run goes into the seed."""
+    started), here a new one of another width on the shipped codec's encoder, and beside it a
+    variant with the adversarial losses, and finishes when both tunings do; both tuned codecs come
+    back, their finished runs stay there."""
     root, env = toy
     sys.path.insert(0, str(SOURCE_DIR / "tools" / "voice"))
     import codec
@@ -191,7 +192,8 @@ def test_decoder_alone(toy):
     env = dict(env, GPU_RECIPE_RUN=str(dirs["run"]), VOICE_WORK=str(dirs["work"]), GPU_RECIPE_SEED=str(dirs["seed"]),
                GPU_RECIPE_SNAPSHOT=str(dirs["snapshot"]), GPU_RECIPE_STEPS=str(dirs["steps"]), LM_MINUTES="0",
                CODEC_TUNE_MINUTES="0.1",
-               CODEC_TUNE_ARGS="--batch 2 --max-frames 8 --warmup 2 --save-minutes 0.05 --decoder-channels 64")
+               CODEC_TUNE_ARGS="--batch 2 --max-frames 8 --warmup 2 --save-minutes 0.05 --decoder-channels 64",
+               CODEC_TUNE_VARIANTS="adv:--adversarial-weight 0.1")
     started = gpu_recipe(env, root / "decoder-out", "start", "6", "500")
     print(started.stdout[-3000:], started.stderr[-2000:])
     assert started.returncode == 0
@@ -201,11 +203,18 @@ def test_decoder_alone(toy):
     log = (snap / "logs" / "recipe.log").read_text()
     assert "no LM (LM_MINUTES=0)" in log and "recipe: finished" in log
     assert not (dirs["run"] / "lm").exists() and not list(snap.glob("lm*"))
-    assert (dirs["seed"] / "codec-tuned.ckpt").is_file() and not (dirs["seed"] / "lm").exists()
-    shipped, tuned = (codec.load_codec(p) for p in (CODEC, snap / "codec-tuned.nemo"))
-    assert tuned.widths() == dict(shipped.widths(), decoder_channels=64)
-    kept, new = shipped.state_dict(), tuned.state_dict()
-    assert all(torch.equal(kept[k], new[k]) for k in kept if not k.startswith("audio_decoder."))
+    assert "codec-tuned-adv: eval" in log
+    assert not (dirs["seed"] / "lm").exists()
+    shipped = codec.load_codec(CODEC)
+    kept = shipped.state_dict()
+    for name in ("codec-tuned", "codec-tuned-adv"):
+        assert not (dirs["seed"] / f"{name}.ckpt").exists()
+        tuned = codec.load_codec(snap / f"{name}.nemo")
+        assert tuned.widths() == dict(shipped.widths(), decoder_channels=64)
+        new = tuned.state_dict()
+        assert all(torch.equal(kept[k], new[k]) for k in kept if not k.startswith("audio_decoder."))
+    assert "codec: adversarial losses" in (snap / "logs" / "codec-tuned-adv.out").read_text()
+    assert "adversarial" not in (snap / "logs" / "codec-tuned.out").read_text()
 
 
 def test_follow_on_a_bare_machine_says_so_at_once(toy):

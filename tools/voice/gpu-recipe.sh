@@ -31,7 +31,8 @@
 # also kept, in device-prefix/lm-steps/LM/STEP (GPU_RECIPE_STEPS), for the mean of several:
 # python3 tools/voice/lm.py average device-prefix/lm-steps/lm/0* --out RUN. A tuning of the codec's
 # decoder (CODEC_TUNE_MINUTES) comes back as codec-tuned.ckpt, which the seed keeps and the next
-# start resumes, and once finished as codec-tuned.nemo. A compiled LM keeps torch.compile's work
+# start resumes, and once finished as codec-tuned.nemo alone (the seed's run is then dropped: a
+# later start tunes anew); each of CODEC_TUNE_VARIANTS' as codec-tuned-NAME.ckpt and .nemo. A compiled LM keeps torch.compile's work
 # for the host's kind of GPU in RUN/lm*/compile-cache (lm.py's CompileCache): the snapshot brings
 # it back while it is small (GPU_RECIPE_COMPILE_CACHE_MB, default 20; the 171 MB of a 12-layer
 # backbone compiled as one graph stayed there), `unpack` keeps it in device-prefix/compile-cache/LM
@@ -107,10 +108,12 @@ start() {
     CORPUS_SEED=$(($(step_of "$run/lm") + 1)) && export CORPUS_SEED
     echo "gpu-recipe: corpus seed $CORPUS_SEED"
   fi
-  if [ -s "$seed/codec-tuned.ckpt" ]; then
-    cp "$seed/codec-tuned.ckpt" "$run/" || return 1
-    echo "gpu-recipe: resuming the codec's decoder tuning"
-  fi
+  local ckpt
+  for ckpt in "$seed"/codec-tuned*.ckpt; do
+    [ -s "$ckpt" ] || continue
+    cp "$ckpt" "$run/" || return 1
+    echo "gpu-recipe: resuming the codec's decoder tuning $(basename "$ckpt" .ckpt)"
+  done
   for name in ${GPU_RECIPE_FORKS:-}; do
     [ -d "$run/lm-$name" ] && continue
     if [ ! -f "$run/lm/checkpoint/state.json" ]; then
@@ -164,11 +167,20 @@ snapshot() {
     fi
   done
   cp "$run/recipe.log" "$work"/*.out "$snap/logs/" 2>/dev/null
-  # written by replacing: a copy is whole
-  cp "$run"/codec-tuned.* "$snap/" 2>/dev/null
+  # each decoder tuning's run (written by replacing: a copy is whole), or once exported its codec
+  # alone: two finished runs and their codecs would pass what a call brings back
+  local ckpt
+  for ckpt in "$run"/codec-tuned*.ckpt; do
+    [ -s "$ckpt" ] || continue
+    if [ -s "${ckpt%.ckpt}.nemo" ]; then
+      cp "${ckpt%.ckpt}.nemo" "$snap/"
+    else
+      cp "$ckpt" "$snap/"
+    fi
+  done
   rm -f "$out"/voice-run.tar.part*
   tar -C "$snap" -cf - . | split -b 15M -d - "$out/voice-run.tar.part" || return 1
-  echo "gpu-recipe: snapshot in $out: $(cd "$snap" && ls -d lm* codec-tuned.* 2>/dev/null | tr '\n' ' ')($(du -sh "$snap" | cut -f1))"
+  echo "gpu-recipe: snapshot in $out: $(cd "$snap" && ls -d lm* codec-tuned* 2>/dev/null | tr '\n' ' ')($(du -sh "$snap" | cut -f1))"
 }
 
 follow() {
@@ -221,13 +233,18 @@ unpack() {
       rm -rf "$seed/lm/compile-cache" || return 1
     echo "gpu-recipe: the next start resumes it from $seed/lm"
   fi
-  if [ -s "$snapshot_dir/codec-tuned.ckpt" ]; then
-    mkdir -p "$seed" && cp "$snapshot_dir/codec-tuned.ckpt" "$seed/" || return 1
-    echo "gpu-recipe: the codec's decoder tuning resumes from $seed/codec-tuned.ckpt"
-  fi
-  if [ -s "$snapshot_dir/codec-tuned.nemo" ]; then
-    echo "gpu-recipe: the tuned codec: $snapshot_dir/codec-tuned.nemo"
-  fi
+  local ckpt nemo
+  for ckpt in "$snapshot_dir"/codec-tuned*.ckpt; do
+    [ -s "$ckpt" ] || continue
+    mkdir -p "$seed" && cp "$ckpt" "$seed/" || return 1
+    echo "gpu-recipe: the codec's decoder tuning resumes from $seed/$(basename "$ckpt")"
+  done
+  for nemo in "$snapshot_dir"/codec-tuned*.nemo; do
+    [ -s "$nemo" ] || continue
+    # finished: a later start tunes anew (from models/voice/codec.nemo, which this may replace)
+    rm -f "$seed/$(basename "$nemo" .nemo).ckpt"
+    echo "gpu-recipe: the tuned codec: $nemo"
+  done
 }
 
 case ${1:-} in

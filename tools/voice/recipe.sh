@@ -60,7 +60,9 @@
 # (a run that resumes across recipes, RUN/codec-tuned.ckpt) on the codes of this speech, its encoder,
 # hence every code, kept as it was, and exported to RUN/codec-tuned.nemo at the end: a decoder
 # trained on other speakers heard by more (options: CODEC_TUNE_ARGS, default "--batch 128 --lr 2e-4
-# --warmup 200").
+# --warmup 200"). CODEC_TUNE_VARIANTS="NAME:OPTIONS;…": more such tunings side by side, each with
+# CODEC_TUNE_ARGS and then its own OPTIONS, in RUN/codec-tuned-NAME.ckpt, exported to
+# RUN/codec-tuned-NAME.nemo (say "adv:--adversarial-weight 0.1" beside the plain losses).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -177,7 +179,19 @@ lm_done() { [ -s "$work/lm-train.out" ] && grep -q '^finished' "$work/lm-train.o
 tune_minutes=${CODEC_TUNE_MINUTES:-0}
 tune_args=${CODEC_TUNE_ARGS-"--batch 128 --lr 2e-4 --warmup 200"}
 tune_wanted() { awk -v m="$tune_minutes" 'BEGIN { exit !(m > 0) }'; }
-tune_finished() { ckpt_test "$run/codec-tuned.ckpt" finished; }
+# the decoder's tunings, each NAME:OPTIONS: the main one (codec-tuned) and CODEC_TUNE_VARIANTS'
+tunes=("codec-tuned:")
+IFS=';' read -ra tune_variants <<<"${CODEC_TUNE_VARIANTS:-}"
+for variant in "${tune_variants[@]}"; do
+  [ -n "${variant%%:*}" ] && tunes+=("codec-tuned-$variant")
+done
+tune_finished() { ckpt_test "$run/$1.ckpt" finished; }
+tunes_finished() {
+  local tune
+  for tune in "${tunes[@]}"; do
+    tune_finished "${tune%%:*}" || return 1
+  done
+}
 budget=$(left)
 if [ "$budget" -lt 30 ]; then
   echo "recipe: out of time before the LM; run again"
@@ -193,14 +207,20 @@ if ! codec_finished; then
   codec_train --time-limit "$(in_minutes "$budget")" --codes "$work/data/codes.pt" >"$work/codec-train.out" 2>&1 &
   codec_pid=$!
 fi
-tune_pid=
-if tune_wanted && codec_finished && [ -s "$run/codec.nemo" ] && ! tune_finished; then
-  # shellcheck disable=SC2086
-  python3 tools/voice/codec.py train "$work/data" --ckpt "$run/codec-tuned.ckpt" --resume --init "$run/codec.nemo" \
-    --minutes "$tune_minutes" --freeze-encoder-after 0 --codes "$work/data/codes.pt" \
-    --time-limit "$(in_minutes "$budget")" $tune_args \
-    >"$work/codec-tune.out" 2>&1 &
-  tune_pid=$!
+tune_names=()
+tune_pids=()
+if tune_wanted && codec_finished && [ -s "$run/codec.nemo" ]; then
+  for tune in "${tunes[@]}"; do
+    name=${tune%%:*}
+    tune_finished "$name" && continue
+    # shellcheck disable=SC2086 # the options, one word each
+    python3 tools/voice/codec.py train "$work/data" --ckpt "$run/$name.ckpt" --resume --init "$run/codec.nemo" \
+      --minutes "$tune_minutes" --freeze-encoder-after 0 --codes "$work/data/codes.pt" \
+      --time-limit "$(in_minutes "$budget")" $tune_args ${tune#*:} \
+      >"$work/$name.out" 2>&1 &
+    tune_names+=("$name")
+    tune_pids+=($!)
+  done
 fi
 variant_names=()
 variant_options=()
@@ -232,16 +252,20 @@ for i in "${!variant_pids[@]}"; do
     python3 tools/voice/lm.py export "$run/lm-$name" "$run/model-$name"
   fi
 done
-if [ -n "$tune_pid" ]; then
-  wait "$tune_pid" || echo "recipe: the codec's decoder tuning failed"
-  grep -v '^step .* steps/s)$' "$work/codec-tune.out" | tail -n 5 || true
-fi
-if tune_finished && [ ! -s "$run/codec-tuned.nemo" ]; then
-  stage "tuned codec eval (the held-out speaker; the codec before, then after) and export"
-  python3 tools/voice/codec.py eval "$run/codec.nemo" "$work/data" --limit 48
-  python3 tools/voice/codec.py eval "$run/codec-tuned.ckpt" "$work/data" --limit 48
-  python3 tools/voice/codec.py export "$run/codec-tuned.ckpt" "$run/codec-tuned.nemo"
-fi
+for i in "${!tune_pids[@]}"; do
+  name=${tune_names[$i]}
+  wait "${tune_pids[$i]}" || echo "recipe: the codec's decoder tuning $name failed"
+  grep -v '^step .* steps/s)$' "$work/$name.out" | tail -n 5 || true
+done
+for tune in "${tunes[@]}"; do
+  name=${tune%%:*}
+  if tune_finished "$name" && [ ! -s "$run/$name.nemo" ]; then
+    stage "$name: eval (the held-out speaker; the codec before, then after) and export"
+    python3 tools/voice/codec.py eval "$run/codec.nemo" "$work/data" --limit 48
+    python3 tools/voice/codec.py eval "$run/$name.ckpt" "$work/data" --limit 48
+    python3 tools/voice/codec.py export "$run/$name.ckpt" "$run/$name.nemo"
+  fi
+done
 if [ -n "$codec_pid" ]; then
   wait "$codec_pid" || { cat "$work/codec-train.out"; exit 1; }
   grep -v '^step .* steps/s)$' "$work/codec-train.out" || true
@@ -260,7 +284,7 @@ if lm_done; then
   rm -rf "$run/model"
   python3 tools/voice/lm.py export "$run/lm" "$run/model"
 fi
-if { lm_done || ! lm_wanted; } && [ -s "$run/codec.nemo" ] && { tune_finished || ! tune_wanted; }; then
+if { lm_done || ! lm_wanted; } && [ -s "$run/codec.nemo" ] && { tunes_finished || ! tune_wanted; }; then
   echo "recipe: finished"
 else
   echo "recipe: stopped in the trainings; run again"
