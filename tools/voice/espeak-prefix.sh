@@ -6,9 +6,10 @@
 #   tools/voice/espeak-prefix.sh env     there: unpacks them once with dpkg -x and prints the
 #                                        exports: eval "$(tools/voice/espeak-prefix.sh env)"
 #
-# `pack` takes espeak-ng, espeak-ng-data, and the packages of every shared library espeak-ng and
-# libespeak-ng load (ldd, then dpkg -S: libpcaudio0, libsonic0, libasound2, libpulse0, libsndfile1
-# and its codecs, …), plus fortunes-min, fortunes and wamerican for tools/voice/corpus.py.
+# `pack` takes espeak-ng, espeak-ng-data (its English dictionary alone, as a tarball), and the
+# packages of every shared library espeak-ng and libespeak-ng load (ldd, then dpkg -S: libpcaudio0,
+# libsonic0, libasound2, libpulse0, libsndfile1 and its codecs, …), plus fortunes-min, fortunes and
+# wamerican for tools/voice/corpus.py.
 # espeak-ng must be installed here for ldd to see what it loads (scripts/lib.sh installs it). `env`
 # links into one directory only the libraries the host's loader does not already find
 # (ldconfig -p), so the host's own are kept wherever it has them; PulseAudio's private library
@@ -49,6 +50,15 @@ pack() {
   packages="$packages espeak-ng espeak-ng-data fortunes-min fortunes wamerican"
   packages=$(echo $packages | tr ' ' '\n' | sort -u)
   (cd "$pack/debs" && apt-get download $packages >/dev/null)
+  # of espeak-ng-data only what English voices read: its 111 other languages' dictionaries are 3.7
+  # of the 11 MB a call would carry
+  local data
+  data=$(mktemp -d)
+  dpkg -x "$pack"/debs/espeak-ng-data_*.deb "$data"
+  find "$data" -name '*_dict' ! -name en_dict -delete
+  rm -rf "${data:?}/usr/share"
+  tar -C "$data" -czf "$pack/debs/espeak-ng-data-en.tar.gz" .
+  rm -rf "$data" "$pack"/debs/espeak-ng-data_*.deb
   echo "packed into $pack: $(echo $packages | wc -w) packages, $(du -sh "$pack" | cut -f1)"
   echo $packages
 }
@@ -63,6 +73,7 @@ environment() {
     rm -rf "$root" "$lib"
     mkdir -p "$root" "$lib"
     for deb in "$pack"/debs/*.deb; do dpkg -x "$deb" "$root"; done
+    for tarball in "$pack"/debs/*.tar.gz; do tar -xzf "$tarball" -C "$root"; done
     local have
     have=$(ldconfig -p | awk '{print $1}' | sort -u)
     find "$root/usr/lib/$arch" "$root/lib/$arch" -maxdepth 1 -name 'lib*.so.*' 2>/dev/null \

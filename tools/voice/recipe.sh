@@ -24,7 +24,7 @@
 # On a lent GPU machine that is lost between calls, RUN travels back and forth (16 MB for
 # codec.ckpt, 12.4 MB once its encoder is frozen; 6 bytes per LM parameter for RUN/lm/checkpoint,
 # 46 MB at the default size, or 2 bytes, 15 MB, once `lm.py slim RUN/lm OUT` has dropped its AdamW
-# moments; beside 11 MB of espeak-ng packages). Once the codec has finished, codec.nemo (8 MB) is
+# moments; beside 7.3 MB of espeak-ng packages). Once the codec has finished, codec.nemo (8 MB) is
 # all the LM's stage needs of it, and codec.ckpt may stay behind. tools/voice/gpu-recipe.sh runs
 # this recipe detached on such a machine and brings its LM runs back slimmed after every call.
 #
