@@ -32,14 +32,14 @@
 # python3 tools/voice/lm.py average device-prefix/lm-steps/lm/0* --out RUN. A tuning of the codec's
 # decoder (CODEC_TUNE_MINUTES) comes back as codec-tuned.ckpt, which the seed keeps and the next
 # start resumes, and once finished as codec-tuned.nemo alone (the seed's run is then dropped: a
-# later start tunes anew); each of CODEC_TUNE_VARIANTS' as codec-tuned-NAME.ckpt and .nemo. A compiled LM keeps torch.compile's work
-# for the host's kind of GPU in RUN/lm*/compile-cache (lm.py's CompileCache): the snapshot brings
-# it back while it is small (GPU_RECIPE_COMPILE_CACHE_MB, default 20; the 171 MB of a 12-layer
-# backbone compiled as one graph stayed there), `unpack` keeps it in device-prefix/compile-cache/LM
-# (GPU_RECIPE_COMPILE_CACHE; git-ignored, not in the seed), and `start`, where that folder was
-# carried too, puts it back into each LM's run, so a fresh machine of a kind seen before compiles
-# little. The recipe's own settings (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass through
-# the environment of `start`. Also:
+# later start tunes anew); each of CODEC_TUNE_VARIANTS' as codec-tuned-NAME.ckpt and .nemo. A
+# compiled LM keeps torch.compile's work for the host's kind of GPU in RUN/lm*/compile-cache
+# (lm.py's CompileCache): the snapshot brings it back while it is small
+# (GPU_RECIPE_COMPILE_CACHE_MB, default 20; the 171 MB of a 12-layer backbone compiled as one graph
+# stayed there), `unpack` keeps it in device-prefix/compile-cache/LM (GPU_RECIPE_COMPILE_CACHE;
+# git-ignored, not in the seed), and `start`, where that folder was carried too, puts it back into
+# each LM's run, so a fresh machine of a kind seen before compiles little. The recipe's own settings
+# (LM_MINUTES, LM_ARGS, LM_VARIANTS, CORPUS_ARGS, …) pass through the environment of `start`. Also:
 # GPU_RECIPE_RUN (RUN, default /tmp/voice-run), VOICE_WORK (the data, default /tmp/voice), OUT
 # (default build/gpu-recipe).
 set -uo pipefail
