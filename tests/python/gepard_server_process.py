@@ -48,6 +48,7 @@ def expected_samples(n_sentences, max_frames, rate):
 
 class GepardServer:
     def __init__(self, model, tmp_dir, *, max_frames=20, api_key=None, args=(), env=None):
+        """model None: no --model, the server's default model."""
         self.api_key = api_key
         self.max_frames = max_frames
         self.log_path = Path(tmp_dir) / "server.log"
@@ -68,7 +69,7 @@ class GepardServer:
             full_env["TTS_DATA_DIR"] = str(Path(tmp_dir) / "data")
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            [str(SERVER), "--model", str(model), "--port", "0", "--host", "127.0.0.1",
+            [str(SERVER), *(["--model", str(model)] if model is not None else []), "--port", "0", "--host", "127.0.0.1",
              "--max-frames", str(max_frames), *args],
             stdout=subprocess.PIPE, stderr=self.log, env=full_env, text=True)
         self.base_url = None

@@ -233,3 +233,32 @@ def test_shipped_voice_is_identified(heldout, cloned, tmp_path):
     print(f"\nshipped voice, {'cloned' if cloned else 'default'}: {correct} of {len(heldout)} identified; "
           f"missed: {misses}")
     assert correct >= SHIPPED_VOICE_FLOOR * len(heldout)
+
+
+def test_server_speaks_with_the_shipped_voice(heldout, tmp_path):
+    """gepard-server started with no model speaks with the default voice the tree ships: its
+    /tts/bytes readings of held-out sentences are identified among the 48 candidates (an untrained
+    model's are not: test_untrained_model_through_the_pipeline_is_not_identified)."""
+    need("gst-launch-1.0", "pocketsphinx_batch")
+    if not (SHIPPED_VOICE / "config.json").exists():
+        pytest.skip("this tree ships no trained voice")
+    import gepard_server_process as gsp
+
+    if gsp.skip_reason():
+        pytest.skip(gsp.skip_reason())
+    server = gsp.GepardServer(None, tmp_path, max_frames=400)
+    wavs = []
+    try:
+        for i, text in enumerate(heldout[:8]):
+            request = {"model_id": "sonic-3", "transcript": text, "voice": {"mode": "id", "id": "default"},
+                       "output_format": {"container": "wav", "encoding": "pcm_s16le", "sample_rate": 16000}}
+            status, _, audio = server.request("POST", "/tts/bytes", request, {"Cartesia-Version": "2026-03-01"})
+            assert status == 200, audio[:300]
+            wavs.append(tmp_path / f"{i:03d}.wav")
+            wavs[-1].write_bytes(audio)
+    finally:
+        server.stop()
+    transcripts = intelligibility.recognize(wavs, intelligibility.sentence_grammar(heldout))
+    correct = sum(intelligibility.nearest(transcripts.get(i, []), heldout) == i for i in range(len(wavs)))
+    print(f"\nthe server's default voice: {correct} of {len(wavs)} identified")
+    assert correct >= len(wavs) // 2
