@@ -125,6 +125,8 @@ def test_dockerfile_shape():
     assert not re.search(r"^(ENV|ARG) .*(TOKEN|PASSWORD|API_KEY|DATABASE_URL|TTS_MODEL)", text, re.M)
     ignore = (DOCKER / "Dockerfile.dockerignore").read_text().split()
     assert "docker/.env" in ignore and "**/.venv" in ignore
+    # the default voice stays out whole (its weights are *.safetensors and *.nemo)
+    assert {"*.safetensors", "*.nemo", "models/voice"} <= set(ignore)
 
 
 def server_variables():
