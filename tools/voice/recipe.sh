@@ -257,11 +257,15 @@ for i in "${!tune_pids[@]}"; do
   wait "${tune_pids[$i]}" || echo "recipe: the codec's decoder tuning $name failed"
   grep -v '^step .* steps/s)$' "$work/$name.out" | tail -n 5 || true
 done
+evaluated_before=
 for tune in "${tunes[@]}"; do
   name=${tune%%:*}
   if tune_finished "$name" && [ ! -s "$run/$name.nemo" ]; then
-    stage "$name: eval (the held-out speaker; the codec before, then after) and export"
-    python3 tools/voice/codec.py eval "$run/codec.nemo" "$work/data" --limit 48
+    stage "$name: eval (the held-out speaker; the codec before, once, then after) and export"
+    if [ -z "$evaluated_before" ]; then
+      python3 tools/voice/codec.py eval "$run/codec.nemo" "$work/data" --limit 48
+      evaluated_before=1
+    fi
     python3 tools/voice/codec.py eval "$run/$name.ckpt" "$work/data" --limit 48
     python3 tools/voice/codec.py export "$run/$name.ckpt" "$run/$name.nemo"
   fi
