@@ -25,7 +25,11 @@
 # Debian packages of the libraries they load into $GEPARD_PREFIX/debs (those they name
 # themselves: GLib, json-glib, OpenBLAS, libsoup) and debs/fallback (what those load in turn);
 # on the host the first are unpacked, the others only where the host lacks one of them. Logs go
-# to $OUT (default build/gpu-cuda-check).
+# to $OUT (default build/gpu-cuda-check). The binaries are packed stripped. GEPARD_PACK_LEAN=1
+# leaves out OpenBLAS and the fallback, which the lent hosts have had (2026-12: an H100 had
+# OpenBLAS and what GLib and libsoup load, not GLib itself), so that the pack (7.8 MB) travels
+# beside models/voice within what a call carries (64 MiB): enough for `gpu-cuda-check.sh model
+# models/voice` there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,7 +43,10 @@ if [ "${1:-}" = pack ]; then
     tools/gepard-make-test-model tools/gepard-cuda-check tests/test-backend)
   rm -rf "$bin" "$prefix/debs"
   mkdir -p "$prefix/debs/fallback"
-  for f in "${files[@]}"; do install -D "$build/$f" "$bin/$f"; done
+  for f in "${files[@]}"; do
+    install -D "$build/$f" "$bin/$f"
+    strip --strip-unneeded "$bin/$f"
+  done
   # the Debian package of each library path on standard input, the C and C++ runtimes left out
   packages_of() {
     while read -r lib; do
@@ -53,11 +60,15 @@ if [ "${1:-}" = pack ]; then
     <(echo "$paths") | packages_of)
   closure=$(awk '{ print $2 }' <<<"$paths" | packages_of)
   rest=$(comm -13 <(echo "$direct") <(echo "$closure"))
+  if [ "${GEPARD_PACK_LEAN:-0}" = 1 ]; then
+    direct=$(grep -v -x 'libopenblas0-pthread' <<<"$direct" || true)
+    rest=
+  fi
   # (apt's note that it downloads unsandboxed, as root, is left out)
   # shellcheck disable=SC2086 # one word per package
   (cd "$prefix/debs" && apt-get download $direct 2>&1 >/dev/null | grep -v unsandboxed) || true
   # shellcheck disable=SC2086
-  (cd "$prefix/debs/fallback" && apt-get download $rest 2>&1 >/dev/null | grep -v unsandboxed) || true
+  [ -z "$rest" ] || (cd "$prefix/debs/fallback" && apt-get download $rest 2>&1 >/dev/null | grep -v unsandboxed) || true
   for p in $direct; do ls "$prefix/debs/${p}_"*.deb >/dev/null; done
   for p in $rest; do ls "$prefix/debs/fallback/${p}_"*.deb >/dev/null; done
   echo "packed into $prefix: $(wc -w <<<"$direct") packages, $(wc -w <<<"$rest") fallback," \
