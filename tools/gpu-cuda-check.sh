@@ -67,8 +67,12 @@ if [ "${1:-}" = pack ]; then
   # (apt's note that it downloads unsandboxed, as root, is left out)
   # shellcheck disable=SC2086 # one word per package
   (cd "$prefix/debs" && apt-get download $direct 2>&1 >/dev/null | grep -v unsandboxed) || true
-  # shellcheck disable=SC2086
-  [ -z "$rest" ] || (cd "$prefix/debs/fallback" && apt-get download $rest 2>&1 >/dev/null | grep -v unsandboxed) || true
+  if [ -n "$rest" ]; then
+    # shellcheck disable=SC2086
+    (cd "$prefix/debs/fallback" && apt-get download $rest 2>&1 >/dev/null | grep -v unsandboxed) || true
+  else
+    rmdir "$prefix/debs/fallback"
+  fi
   for p in $direct; do ls "$prefix/debs/${p}_"*.deb >/dev/null; done
   for p in $rest; do ls "$prefix/debs/fallback/${p}_"*.deb >/dev/null; done
   echo "packed into $prefix: $(wc -w <<<"$direct") packages, $(wc -w <<<"$rest") fallback," \
