@@ -42,7 +42,7 @@ if [ "${1:-}" = pack ]; then
   files=(kernels/libgepard-cuda.so gepard-core/libgepard.so tools/gepard-bench
     tools/gepard-make-test-model tools/gepard-cuda-check tests/test-backend)
   rm -rf "$bin" "$prefix/debs"
-  mkdir -p "$prefix/debs/fallback"
+  mkdir -p "$prefix/debs"
   for f in "${files[@]}"; do
     install -D "$build/$f" "$bin/$f"
     strip --strip-unneeded "$bin/$f"
@@ -68,10 +68,9 @@ if [ "${1:-}" = pack ]; then
   # shellcheck disable=SC2086 # one word per package
   (cd "$prefix/debs" && apt-get download $direct 2>&1 >/dev/null | grep -v unsandboxed) || true
   if [ -n "$rest" ]; then
+    mkdir -p "$prefix/debs/fallback"
     # shellcheck disable=SC2086
     (cd "$prefix/debs/fallback" && apt-get download $rest 2>&1 >/dev/null | grep -v unsandboxed) || true
-  else
-    rmdir "$prefix/debs/fallback"
   fi
   for p in $direct; do ls "$prefix/debs/${p}_"*.deb >/dev/null; done
   for p in $rest; do ls "$prefix/debs/fallback/${p}_"*.deb >/dev/null; done
